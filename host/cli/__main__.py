@@ -1,0 +1,3 @@
+from leadwire.cli import main
+
+main()

@@ -1,0 +1,219 @@
+# Event ring with offsets (spec 004).
+#
+# The device numbers events with offsets mod 2^32, starting at a random offset after every boot,
+# and keeps the last `capacity` events. A poll with offset n is answered:
+#   case 1  event s(n) is held                     -> EVENT  (one, or a batch s(n), s(s(n)), ...)
+#   case 2  event n is held and s(n) is not        -> NO_EVENT
+#   case 3  otherwise                              -> RECOVERY(n0, n1), the oldest and newest held
+# An empty ring (just booted, nothing generated) answers NO_EVENT: it holds no n0..n1 to recover
+# to, and spec 004 notes a restart is only detectable once the server has generated an event.
+#
+# Storage is one bytearray preallocated at construction: `capacity` slots of
+# RECORD_HEAD + slot_size bytes, each holding the event exactly as it goes on the wire
+# (channel u8, length u16, data), so a batch answer is a straight copy.
+#
+# Allocation on the device (checked with heap_lock and gc.mem_alloc on the unix port):
+#   write(), answer_into()         0 bytes: offsets are kept as 16-bit halves (_hi, _lo), so no int
+#                                  reaches 2^30, the small-int limit of 32-bit ports.
+#   append(), poll(), newest, ...  build ints >= 2^30 and tuples: host/test conveniences.
+from leadwire import wire
+from leadwire._compat import const, random_u32
+from leadwire.bufcopy import copy_into
+from leadwire.wire import BATCH_HEAD, MAX_BATCH, RECORD_HEAD
+
+EVENT = const(1)
+NO_EVENT = const(2)
+RECOVERY = const(3)
+
+MAX_CAPACITY = const(65535)
+MAX_SLOT = const(2000)  # one event must fit in one frame: RECORD_HEAD + BATCH_HEAD + slot <= 2047
+
+
+class EventRing:
+    def __init__(self, capacity, start=None, slot_size=64):
+        if not 1 <= capacity <= MAX_CAPACITY:
+            raise ValueError("capacity")
+        if not 0 <= slot_size <= MAX_SLOT:
+            raise ValueError("slot_size")
+        if start is None:
+            start = random_u32()
+        start &= 0xFFFFFFFF
+        self.capacity = capacity
+        self.slot_size = slot_size
+        self._stride = RECORD_HEAD + slot_size
+        self._store = bytearray(capacity * self._stride)
+        # newest offset as halves; before the first event it is s^-1(start)
+        before = (start - 1) & 0xFFFFFFFF
+        self._hi = before >> 16
+        self._lo = before & 0xFFFF
+        self._head = capacity - 1  # slot of the newest event
+        self.count = 0  # events held, <= capacity
+        self.overwritten = 0  # events pushed out by newer ones (saturates below 2^30)
+        self._d = 0  # distance newest - n from the last _classify (scratch, avoids a tuple)
+
+    # -- device hot path (allocation-free) --------------------------------------------------
+
+    def write(self, payload, channel=0, length=-1):
+        """Append an event (payload[:length], or all of it). Allocates nothing."""
+        n = len(payload) if length < 0 else length
+        if n > self.slot_size:
+            raise ValueError("event too large")
+        h = self._head + 1
+        if h == self.capacity:
+            h = 0
+        self._head = h
+        lo = self._lo + 1
+        if lo == 0x10000:
+            lo = 0
+            self._hi = (self._hi + 1) & 0xFFFF
+        self._lo = lo
+        if self.count < self.capacity:
+            self.count += 1
+        elif self.overwritten < 0x3FFFFFFF:
+            self.overwritten += 1
+        s = self._store
+        p = h * self._stride
+        s[p] = channel
+        s[p + 1] = n >> 8
+        s[p + 2] = n & 0xFF
+        copy_into(s, p + RECORD_HEAD, payload, 0, n)
+
+    def _classify(self, hi, lo):
+        # Which spec 004 case a poll with n = (hi, lo) is; sets self._d = (newest - n) mod 2^32
+        # when that is below 2^16 (else -1), computed on halves.
+        dl = self._lo - lo
+        dh = self._hi - hi
+        if dl < 0:
+            dl += 0x10000
+            dh -= 1
+        d = -1 if dh & 0xFFFF else dl
+        self._d = d
+        if self.count == 0 or d == 0:
+            return NO_EVENT
+        if 0 < d <= self.count:
+            return EVENT
+        return RECOVERY
+
+    def answer_into(self, buf, hi, lo, max_events, max_bytes):
+        """Write the complete answer frame to a poll with n = (hi, lo) into buf; return its size.
+
+        EVENTS carries up to max_events consecutive events from s(n) within max_bytes of payload
+        (and the room in buf); at least one event always goes. Allocates nothing.
+        """
+        kind = self._classify(hi, lo)
+        if kind == NO_EVENT:
+            wire.put_header(buf, wire.NO_EVENT, wire.F_LAST, 0, 0, 0, 0, 0, hi, lo)
+            return wire.seal(buf, 0)
+        if kind == RECOVERY:
+            return self._recovery_into(buf)
+        return self._events_into(buf, hi, lo, max_events, max_bytes)
+
+    def _recovery_into(self, buf):
+        back = self.count - 1
+        olo = self._lo - back
+        ohi = self._hi
+        if olo < 0:
+            olo += 0x10000
+            ohi = (ohi - 1) & 0xFFFF
+        wire.put_header(buf, wire.RECOVERY, wire.F_LAST, 0, 0, 0, 0, 4, ohi, olo)
+        buf[10] = self._hi >> 8
+        buf[11] = self._hi & 0xFF
+        buf[12] = self._lo >> 8
+        buf[13] = self._lo & 0xFF
+        return wire.seal(buf, 4)
+
+    def _events_into(self, buf, hi, lo, max_events, max_bytes):
+        budget = len(buf) - wire.OVERHEAD
+        if max_bytes < budget:
+            budget = max_bytes
+        if budget > wire.MAX_PAYLOAD:
+            budget = wire.MAX_PAYLOAD
+        if max_events > MAX_BATCH:
+            max_events = MAX_BATCH
+        s = self._store
+        stride = self._stride
+        cap = self.capacity
+        k = self._d - 1  # events after s(n) up to the newest
+        slot = self._head - k
+        if slot < 0:
+            slot += cap
+        pos = wire.HEADER_SIZE + BATCH_HEAD
+        used = BATCH_HEAD
+        taken = 0
+        while k >= 0 and taken < max_events:
+            p = slot * stride
+            size = RECORD_HEAD + ((s[p + 1] << 8) | s[p + 2])
+            if taken and used + size > budget:
+                break
+            copy_into(buf, pos, s, p, size)
+            pos += size
+            used += size
+            taken += 1
+            k -= 1
+            slot += 1
+            if slot == cap:
+                slot = 0
+        # first offset is s(n)
+        lo += 1
+        if lo == 0x10000:
+            lo = 0
+            hi = (hi + 1) & 0xFFFF
+        wire.put_header(buf, wire.EVENTS, wire.F_LAST, 0, 0, 0, 0, used, hi, lo)
+        buf[10] = taken
+        buf[11] = (k + 1) >> 8
+        buf[12] = (k + 1) & 0xFF
+        return wire.seal(buf, used)
+
+    # -- host / test conveniences (allocate) ---------------------------------------------
+
+    @property
+    def newest(self):
+        """Offset of the newest event (or s^-1(start) before the first one)."""
+        return (self._hi << 16) | self._lo
+
+    @property
+    def oldest(self):
+        return (self.newest - max(self.count, 1) + 1) & 0xFFFFFFFF
+
+    def append(self, payload, channel=0):
+        """Append and return the event's offset (an int: allocates above 2^30 on 32-bit ports)."""
+        self.write(payload, channel)
+        return self.newest
+
+    def _event_at(self, back):
+        # the event `back` places before the newest: (channel, payload)
+        slot = (self._head - back) % self.capacity
+        p = slot * self._stride
+        n = (self._store[p + 1] << 8) | self._store[p + 2]
+        return self._store[p], bytes(self._store[p + RECORD_HEAD : p + RECORD_HEAD + n])
+
+    def poll(self, n):
+        """(EVENT, offset, payload) | (NO_EVENT, n) | (RECOVERY, n0, n1) for a poll with offset n."""
+        n &= 0xFFFFFFFF
+        kind = self._classify(n >> 16, n & 0xFFFF)
+        if kind == NO_EVENT:
+            return (NO_EVENT, n)
+        if kind == RECOVERY:
+            return (RECOVERY, self.oldest, self.newest)
+        return (EVENT, (n + 1) & 0xFFFFFFFF, self._event_at(self._d - 1)[1])
+
+    def poll_batch(self, n, max_events=MAX_BATCH, max_bytes=wire.MAX_PAYLOAD):
+        """Like poll, but case 1 answers (EVENT, first_offset, [(channel, payload), ...])."""
+        n &= 0xFFFFFFFF
+        kind = self._classify(n >> 16, n & 0xFFFF)
+        if kind == NO_EVENT:
+            return (NO_EVENT, n)
+        if kind == RECOVERY:
+            return (RECOVERY, self.oldest, self.newest)
+        out = []
+        used = BATCH_HEAD
+        back = self._d - 1
+        while back >= 0 and len(out) < min(max_events, MAX_BATCH):
+            ch, data = self._event_at(back)
+            size = RECORD_HEAD + len(data)
+            if out and used + size > min(max_bytes, wire.MAX_PAYLOAD):
+                break
+            out.append((ch, data))
+            used += size
+            back -= 1
+        return (EVENT, (n + 1) & 0xFFFFFFFF, out)

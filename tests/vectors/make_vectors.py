@@ -1,0 +1,229 @@
+"""Write the golden vectors in this folder from the CPython host implementations.
+
+The JSON files are committed; tests/core/test_vectors.py checks that this script still produces
+them byte for byte, and tests/mpy/core_runner.py checks the device implementations against them.
+Run: python tests/vectors/make_vectors.py
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import crcmod.predefined
+from cobs import cobs
+from leadwire import codec, frames, messages, wire
+from leadwire.lead import LeadTracker
+from leadwire.ring import EventRing
+
+HERE = Path(__file__).parent
+crc = crcmod.predefined.mkCrcFun("crc-ccitt-false")
+
+
+def crc_vectors() -> list[dict]:
+    rng = random.Random(16)
+    datas = [b"", b"123456789", b"\x00", b"\xff" * 4, bytes(range(256))]
+    datas += [rng.randbytes(rng.randrange(1, 300)) for _ in range(10)]
+    return [{"data": d.hex(), "crc": crc(d)} for d in datas]
+
+
+def cobs_vectors() -> list[dict]:
+    rng = random.Random(17)
+    datas = [
+        b"",
+        b"\x00",
+        b"\x00\x00",
+        b"\x11\x22\x00\x33",
+        b"\x11\x00\x00\x00",
+        b"\x01" * 253,
+        b"\x01" * 254,
+    ]
+    datas += [b"\x01" * 255, b"\x00" + b"\x01" * 254 + b"\x00", bytes(range(256)) * 2]
+    datas += [
+        bytes(rng.choice([0, 0, rng.randrange(256)]) for _ in range(rng.randrange(1, 700))) for _ in range(8)
+    ]
+    return [{"raw": d.hex(), "encoded": (cobs.encode(d) + b"\x00").hex()} for d in datas]
+
+
+def frame_vectors() -> list[dict]:
+    hello = messages.Hello(0xDEADBEEF, 256, 64, 1024, 7, "esp32-a1b2", "0.1.0", "esp32")
+    fs = [
+        messages.hello_request(),
+        messages.hello_frame(hello),
+        messages.poll_frame(0xFFFFFFFF, 32, 1400),
+        codec.Frame(wire.EVENTS, 0, messages.encode_records([(1, b"\x00\x01"), (2, b"")], backlog=5)),
+        codec.Frame(wire.NO_EVENT, 12345),
+        messages.recovery_frame(0xFFFFFFF0, 0x10),
+        messages.subscribe_frame([3, 1, 2]),
+        codec.Frame(wire.NOTIFY, 1, b"report", channel=9, priority=5, flags=0, message_id=200, index=3),
+        messages.ack_frame(1, 200, channel=9),
+        codec.Frame(wire.CLOSE, 0, b"", channel=9, priority=3, message_id=201),
+        messages.error_frame(400, "bad poll"),
+        codec.Frame(wire.EVENTS, 7, bytes(2047)),
+    ]
+    out = []
+    for f in fs:
+        out.append(
+            {
+                "type": f.type,
+                "seq": f.seq,
+                "payload": f.payload.hex(),
+                "channel": f.channel,
+                "priority": f.priority,
+                "flags": f.flags,
+                "message_id": f.message_id,
+                "index": f.index,
+                "encoded": codec.encode(f).hex(),
+            }
+        )
+    return out
+
+
+def bad_frame_vectors() -> list[dict]:
+    good = bytearray(codec.encode(codec.Frame(wire.NO_EVENT, 5)))
+    cases = {"short": bytes(good[:11]), "empty": b""}
+    v = bytearray(good)
+    v[0] = (2 << 5) | wire.NO_EVENT
+    cases["version"] = bytes(v)
+    t = bytearray(good)
+    t[0] = (1 << 5) | 31
+    cases["type"] = bytes(t)
+    cases["length"] = bytes(good + b"\x00")
+    c = bytearray(good)
+    c[7] ^= 0x10
+    cases["crc"] = bytes(c)
+    codes = {
+        "short": wire.E_SHORT,
+        "empty": wire.E_SHORT,
+        "version": wire.E_VERSION,
+        "type": wire.E_TYPE,
+        "length": wire.E_LENGTH,
+        "crc": wire.E_CRC,
+    }
+    return [{"name": k, "data": d.hex(), "code": codes[k]} for k, d in cases.items()]
+
+
+def ring_vectors() -> list[dict]:
+    """Scenarios: appends then polls, with the exact answer frame bytes (batched answers)."""
+    scenarios = []
+    for name, cap, start, n_events, slot in [
+        ("wrap", 8, 0xFFFFFFFC, 6, 16),
+        ("overrun", 4, 100, 11, 8),
+        ("empty", 4, 7, 0, 8),
+        ("single", 1, 0, 3, 4),
+    ]:
+        r = EventRing(cap, start=start, slot_size=slot)
+        appends = []
+        for i in range(n_events):
+            data = bytes([i]) * (i % (slot + 1))
+            appends.append({"channel": i % 3, "data": data.hex()})
+            r.write(data, i % 3)
+        polls = []
+        probes = {
+            start - 1,
+            start,
+            start + 1,
+            r.newest,
+            r.newest - 1,
+            r.oldest - 1,
+            r.oldest - 2,
+            0,
+            0x80000000,
+        }
+        for n in sorted(p & 0xFFFFFFFF for p in probes):
+            for me, mb in [(1, 2047), (3, 2047), (255, 20)]:
+                buf = bytearray(wire.OVERHEAD + 2047)
+                size = r.answer_into(buf, n >> 16, n & 0xFFFF, me, mb)
+                polls.append({"n": n, "max_events": me, "max_bytes": mb, "answer": bytes(buf[:size]).hex()})
+        scenarios.append(
+            {
+                "name": name,
+                "capacity": cap,
+                "start": start,
+                "slot_size": slot,
+                "appends": appends,
+                "polls": polls,
+            }
+        )
+    return scenarios
+
+
+def lead_vectors() -> list[dict]:
+    # spec 000's worked examples (messages 10..14), as arrival orders
+    cases = {
+        "nominal": [10, 11, 12, 13, 14],
+        "out_of_order": [10, 11, 13, 12, 14],
+        "duplicate": [10, 11, 11, 12, 13, 14],
+        "delayed_duplicate": [10, 11, 12, 13, 11, 14],
+        "lost": [10, 11, 13, 14],
+        "wrap": [0xFFFFFFFE, 0xFFFFFFFF, 0, 2, 1],
+    }
+    out = []
+    for name, seqs in cases.items():
+        t = LeadTracker()
+        out.append({"name": name, "arrivals": seqs, "leads": [t.lead("s", 0, s) for s in seqs]})
+    return out
+
+
+def queue_vectors() -> list[dict]:
+    """Operations on a FrameQueue and the exact transmission order they give."""
+
+    def run(frame_size: int, ops: list[list]) -> list[str]:
+        q = frames.FrameQueue(frame_size)
+        names: dict[int, str] = {}
+        for op in ops:
+            if op[0] == "post":
+                names[q.post(op[2].encode(), op[3])] = op[1]
+            elif op[0] == "close":
+                q.close(op[1])
+        sent = []
+        while (f := q.pop()) is not None:
+            sent.append("CLOSE" if f.is_close else "%s%d" % (names[f.message_id], f.index + 1))
+        return sent
+
+    cases = [
+        ("spec_002_priority", 4, [["post", "A", "aaaabbbbcccc", 0], ["post", "B", "ddddeeee", 5]]),
+        ("spec_002_close", 4, [["post", "A", "aaaabbbbcccc", 0], ["post", "B", "ddddeeee", 5], ["close", 3]]),
+        (
+            "fifo_same_priority",
+            2,
+            [["post", "A", "aaaa", 1], ["post", "B", "bbbb", 1], ["post", "C", "c", 1]],
+        ),
+        ("lower_goes_last", 2, [["post", "A", "aaaa", 4], ["post", "B", "bbbb", 1]]),
+        ("close_fifo_equal", 2, [["post", "A", "aaaa", 2], ["post", "B", "bbbb", 2], ["close", 2]]),
+        (
+            "mixed",
+            3,
+            [
+                ["post", "A", "aaaaaa", 0],
+                ["post", "B", "bbb", 2],
+                ["post", "C", "cccccc", 7],
+                ["post", "D", "d", 2],
+            ],
+        ),
+    ]
+    return [{"name": n, "frame_size": fs, "ops": ops, "sent": run(fs, ops)} for n, fs, ops in cases]
+
+
+ALL = {
+    "crc16.json": crc_vectors,
+    "cobs.json": cobs_vectors,
+    "frames.json": frame_vectors,
+    "bad_frames.json": bad_frame_vectors,
+    "ring.json": ring_vectors,
+    "lead.json": lead_vectors,
+    "frame_queue.json": queue_vectors,
+}
+
+
+def render(name: str) -> str:
+    """A JSON array with one element per line, so a 64 KB board can stream it line by line."""
+    items = [json.dumps(item, separators=(",", ":")) for item in ALL[name]()]
+    return "[\n" + ",\n".join(items) + "\n]\n"
+
+
+if __name__ == "__main__":
+    for name in ALL:
+        (HERE / name).write_text(render(name))
+        print("wrote", HERE / name)

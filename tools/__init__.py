@@ -1,0 +1,1 @@
+"""leadwire.tools: virtual boards, flashing, network impairment and fleet simulation."""
