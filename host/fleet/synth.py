@@ -1,0 +1,456 @@
+"""Synthetic fleet telemetry with KNOWN loss, duplication, reordering, restarts and overruns.
+
+Used by the tests, the benchmark and the demo. It writes the three export tables exactly as
+``leadwire export`` lays them out (see :mod:`leadwire.fleet.schema`) and returns the ground truth.
+
+How the faults are injected so that the truth is exact (not estimated):
+
+* Every stream (one lead domain: the event ring of one boot, or one report channel of one push
+  session) is cut into cells of ``G = max_delay + 3`` messages. At most one fault acts per cell, on
+  the cell's second message ``i``; message 0 and the last message of a stream are never touched.
+  Faults therefore never interact:
+  - *lose* (reports only): ``i`` never arrives -> one gap never filled (lead 2 on ``i+1``);
+  - *dup now*: ``i`` arrives twice in a row -> one duplicate (lead 0);
+  - *dup late*: a copy of ``i`` arrives after ``i+k`` -> one duplicate (lead ``-k``);
+  - *delay*: ``i`` arrives after ``i+k`` -> one late arrival, lateness ``k``, reorder depth ``k``.
+* Event rings lose events only by overrun: the stream is split in segments; between two segments
+  ``L`` offsets are skipped and a ``losses`` row (cause ``overrun``, ``lost = L``) is written.
+* A restart starts a new boot (new ``boot_epoch``, ``boots + 1``, random offset) and writes a
+  ``boots`` row and a ``losses`` row (cause ``restart``, ``lost`` null). Every device's first boot
+  writes a ``first_contact`` recovery row.
+* Some boots start their event offsets just below 2^32, so their offsets wrap to 0 mid-stream.
+* ``lead_errors`` / ``dup_flag_errors`` rows get a wrong stored ``lead`` / ``duplicate`` (a broken
+  bridge): the job must report exactly that many mismatches.
+
+Everything is numpy-vectorised per stream (a few thousand streams for 10M rows).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from .schema import BOOTS, LOSSES, MASK_U32, PARTITION_COLUMN, PARTITION_SOURCE, TABLES, U32
+
+DAY_US = 86_400_000_000
+FIRMWARES = ("1.0.0", "1.1.0", "1.2.0")
+TRANSPORT_WEIGHTS = {"udp": 0.6, "serial": 0.25, "sim": 0.15}
+BOARDS = ("esp32", "rp2040", "stm32")
+
+# fault actions in a cell
+_NONE, _LOSE, _DUP_NOW, _DUP_LATE, _DELAY = range(5)
+
+
+@dataclass
+class SynthConfig:
+    rows: int = 100_000  # approximate number of arrival rows
+    devices: int | None = None  # default: rows // 20_000 clamped to [4, 500]
+    channels: int = 3
+    report_share: float = 0.3  # share of messages that are pushed reports
+    sessions_per_boot: int = 2
+    loss: float = 0.005  # report messages that never arrive (per message)
+    dup: float = 0.005  # per message, half immediate, half delayed
+    delay: float = 0.005  # per message
+    max_delay: int = 5
+    restart_share: float = 0.4  # devices that restart once or twice
+    overruns_per_boot: float = 0.7  # mean number of overruns per event stream
+    overrun_max: int = 200  # max events lost in one overrun
+    wrap_share: float = 0.3  # boots whose offsets wrap past 2^32 mid-stream
+    gen_ts_null: float = 0.05
+    unfinished_recovery: float = 0.05
+    lead_errors: int = 0
+    dup_flag_errors: int = 0
+    start: dt.datetime = field(default_factory=lambda: dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    days: float = 2.0
+    seed: int = 0
+
+
+@dataclass
+class SynthTruth:
+    totals: dict[str, Any]
+    per_device: dict[str, dict[str, Any]]
+
+
+@dataclass
+class _Acc:
+    cols: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+    def add(self, **arrays: np.ndarray) -> None:
+        for k, v in arrays.items():
+            self.cols.setdefault(k, []).append(v)
+
+    def cat(self, k: str) -> np.ndarray:
+        return np.concatenate(self.cols[k])
+
+
+def wrap_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Wrap-safe signed a - b in [-2^31, 2^31)."""
+    d = (a - b) & MASK_U32
+    return np.where(d >= (U32 >> 1), d - U32, d)
+
+
+def bridge_lead(seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lead, duplicate) for one lead domain given its seqs in arrival order (spec 000, wrap-safe)."""
+    n = len(seq)
+    d = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return d, np.zeros(0, dtype=bool)
+    d[0] = seq[0]
+    d[1:] = wrap_diff(seq[1:], seq[:-1])
+    u = np.cumsum(d)
+    lead = np.ones(n, dtype=np.int64)
+    lead[1:] = u[1:] - np.maximum.accumulate(u)[:-1]
+    dup = np.ones(n, dtype=bool)
+    dup[np.unique(u, return_index=True)[1]] = False
+    return lead, dup
+
+
+def _stream(rng: np.random.Generator, n: int, cfg: SynthConfig, lossy: bool) -> dict[str, Any]:
+    """One lead domain of n sent messages: relative indices in arrival order plus injected truth."""
+    g = cfg.max_delay + 3
+    ncell = max(0, (n - 1) // g)
+    p_lose = cfg.loss * g if lossy else 0.0
+    p = np.array([0.0, p_lose, cfg.dup * g / 2, cfg.dup * g / 2, cfg.delay * g])
+    total = p[1:].sum()
+    if total > 0.9:
+        p[1:] *= 0.9 / total
+    p[0] = 1.0 - p[1:].sum()
+    act = rng.choice(5, size=ncell, p=p)
+    k = rng.integers(1, cfg.max_delay + 1, size=ncell)
+    idx = np.arange(ncell, dtype=np.int64) * g + 1
+    keep = np.ones(n, dtype=bool)
+    keep[idx[act == _LOSE]] = False
+    key = np.arange(n, dtype=np.float64)
+    dl = act == _DELAY
+    key[idx[dl]] = idx[dl] + k[dl] + 0.5
+    now = idx[act == _DUP_NOW]
+    late = act == _DUP_LATE
+    msgs = np.concatenate([np.flatnonzero(keep), now, idx[late]])
+    keys = np.concatenate([key[keep], now + 0.25, idx[late] + k[late] + 0.5])
+    is_dup = np.concatenate([np.zeros(int(keep.sum()), bool), np.ones(len(now) + int(late.sum()), bool)])
+    order = np.argsort(keys, kind="stable")
+    return {
+        "rel": msgs[order],
+        "dup": is_dup[order],
+        "lost": int((act == _LOSE).sum()),
+        "dups": len(now) + int(late.sum()),
+        "late": int(dl.sum()),
+        "lateness_sum": int(k[dl].sum()),
+        "lateness_max": int(k[dl].max()) if dl.any() else 0,
+    }
+
+
+def _rx_times(rng: np.random.Generator, t0: int, t1: int, n: int) -> np.ndarray:
+    """n strictly increasing microsecond timestamps spread over [t0, t1)."""
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    gap = max(1.0, (t1 - t0) / n - 1)
+    return t0 + np.cumsum(rng.exponential(gap, n).astype(np.int64) + 1)
+
+
+def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
+    """Build the three export tables in memory; return them and the ground truth."""
+    rng = np.random.default_rng(cfg.seed)
+    ndev = cfg.devices or int(min(500, max(4, cfg.rows // 20_000)))
+    t_start = int(cfg.start.timestamp() * 1_000_000)
+    t_end = t_start + int(cfg.days * DAY_US)
+    per_dev_rows = max(8, cfg.rows // ndev)
+
+    acc = _Acc()  # per-stream-constant columns are stored once per stream and repeated at the end
+    stream_meta: dict[str, list[Any]] = {k: [] for k in ("dev", "boot_epoch", "boots", "kind", "session",
+                                                         "lead_channel", "fw", "transport", "bridge", "len")}
+    losses: list[dict[str, Any]] = []
+    boots_rows: list[dict[str, Any]] = []
+    per_device: dict[str, dict[str, Any]] = {}
+    tot = dict.fromkeys(("lost", "duplicates", "late", "lateness_sum", "restarts", "overruns",
+                         "events_lost_exact", "recovery_phases", "unfinished_recoveries",
+                         "retransmissions", "wrapped_streams"), 0)
+    tot["lateness_max"] = 0
+    device_ids = ["dev-%04d" % i for i in range(ndev)]
+    transports = list(TRANSPORT_WEIGHTS)
+    tw = np.array(list(TRANSPORT_WEIGHTS.values()))
+    dev_arrival_chunks: list[tuple[int, int]] = []  # (row start, row end) per device, in acc order
+    row = 0
+    for di, dev in enumerate(device_ids):
+        dev_start = row
+        transport = transports[int(rng.choice(len(transports), p=tw / tw.sum()))]
+        fw_i = int(rng.integers(0, len(FIRMWARES)))
+        bridge = "bridge-%s" % "ab"[di % 2]
+        board = BOARDS[di % len(BOARDS)]
+        nrestart = int(rng.integers(1, 3)) if rng.random() < cfg.restart_share else 0
+        nboot = nrestart + 1
+        cuts = np.sort(rng.uniform(t_start, t_end, nrestart)).astype(np.int64)
+        bounds = [t_start, *cuts.tolist(), t_end]
+        boots = int(rng.integers(1, 100))
+        dt_ = {k: 0 for k in ("lost", "duplicates", "late", "restarts", "overruns", "events_lost_exact",
+                              "messages", "recovery_phases")}
+        last_event_offset = 0
+        session = 0
+        for b in range(nboot):
+            b0, b1 = bounds[b], bounds[b + 1]
+            epoch = int(rng.integers(0, U32))
+            if b > 0 and rng.random() < 0.5 and fw_i + 1 < len(FIRMWARES):
+                fw_i += 1
+            fw = FIRMWARES[fw_i]
+            nmsg = max(8, per_dev_rows // nboot)
+            n_rep = int(nmsg * cfg.report_share)
+            n_ev = max(4, nmsg - n_rep)
+            common = {"dev": dev, "boot_epoch": epoch, "boots": boots + b, "fw": fw,
+                      "transport": transport, "bridge": bridge}
+            # ---- event ring: segments separated by overruns
+            nover = int(min(rng.poisson(cfg.overruns_per_boot), max(0, n_ev // 16 - 1)))
+            seg_cut = np.sort(rng.choice(np.arange(8, n_ev - 7), size=nover, replace=False)) if nover else []
+            seg_bounds = [0, *list(seg_cut), n_ev]
+            if rng.random() < cfg.wrap_share:
+                first = U32 - int(rng.integers(1, max(2, n_ev)))
+                tot["wrapped_streams"] += 1
+            else:
+                first = int(rng.integers(0, U32))
+            rels, dups, seg_of = [], [], []
+            offset = 0  # unwrapped offset of segment start relative to `first`
+            seg_starts: list[int] = []
+            gaps: list[int] = []
+            for s in range(len(seg_bounds) - 1):
+                m = int(seg_bounds[s + 1] - seg_bounds[s])
+                st = _stream(rng, m, cfg, lossy=False)
+                rels.append(st["rel"] + offset)
+                dups.append(st["dup"])
+                seg_of.append(np.full(len(st["rel"]), s, dtype=np.int32))
+                seg_starts.append(offset)
+                dt_["duplicates"] += st["dups"]
+                dt_["late"] += st["late"]
+                tot["duplicates"] += st["dups"]
+                tot["late"] += st["late"]
+                tot["lateness_sum"] += st["lateness_sum"]
+                tot["lateness_max"] = max(tot["lateness_max"], st["lateness_max"])
+                L = int(rng.integers(1, cfg.overrun_max + 1))
+                gaps.append(L)
+                offset += m + L
+            rel = np.concatenate(rels)
+            seq = (first + rel) & MASK_U32
+            rx = _rx_times(rng, b0, b1, len(rel))
+            nrow = len(rel)
+            acc.add(seq=seq, rx=rx, channel=rng.integers(0, cfg.channels, nrow).astype(np.int32),
+                    dup=np.concatenate(dups), retx=np.zeros(nrow, bool), priority=np.zeros(nrow, np.int32))
+            for k2, v in common.items():
+                stream_meta[k2].append(v)
+            stream_meta["kind"].append("event")
+            stream_meta["session"].append(0)
+            stream_meta["lead_channel"].append(-1)
+            stream_meta["len"].append(nrow)
+            row += nrow
+            # recovery rows: first contact or restart, then one per overrun
+            segs = np.concatenate(seg_of)
+            for s in range(len(seg_bounds) - 1):
+                in_seg = np.flatnonzero(segs == s)
+                seg_len = int(seg_bounds[s + 1] - seg_bounds[s])
+                recovered = int(rng.integers(1, min(seg_len, 20) + 1))
+                n0 = (first + seg_starts[s]) & MASK_U32
+                # end of phase: first arrival of offset n1 in this segment
+                target = seg_starts[s] + recovered - 1
+                hit = in_seg[rel[in_seg] == target]
+                started = int(rx[in_seg[0]]) - 1000
+                ended = int(rx[hit[0]]) if len(hit) else None
+                if rng.random() < cfg.unfinished_recovery:
+                    ended = None
+                if s == 0:
+                    cause = "first_contact" if b == 0 else "restart"
+                    client_n, lost = (0 if b == 0 else last_event_offset), None
+                else:
+                    cause = "overrun"
+                    client_n = (first + seg_starts[s] - gaps[s - 1] - 1) & MASK_U32
+                    lost = gaps[s - 1]
+                    tot["lost"] += lost
+                    tot["events_lost_exact"] += lost
+                    tot["overruns"] += 1
+                    dt_["lost"] += lost
+                    dt_["events_lost_exact"] += lost
+                    dt_["overruns"] += 1
+                losses.append({"device_id": dev, "boot_epoch": epoch, "client_n": client_n, "n0": n0,
+                               "n1": (n0 + recovered - 1) & MASK_U32, "lost": lost, "cause": cause,
+                               "started_ts": started, "ended_ts": ended, "recovered": recovered,
+                               "firmware_version": fw, "transport": transport, "bridge_id": bridge})
+                tot["recovery_phases"] += 1
+                dt_["recovery_phases"] += 1
+                tot["unfinished_recoveries"] += ended is None
+            last_event_offset = int(seq[np.argmax(rel)])
+            boots_rows.append({"device_id": dev, "boot_epoch": epoch, "boots": boots + b,
+                               "firmware_version": fw, "board": board, "transport": transport,
+                               "first_seen_ts": int(rx[0]) - 2000,
+                               "detected_by": "hello" if b == 0 or rng.random() < 0.5 else "recovery",
+                               "bridge_id": bridge})
+            if b > 0:
+                tot["restarts"] += 1
+                dt_["restarts"] += 1
+            # ---- report sessions, one lead domain per (session, channel)
+            nstream = cfg.sessions_per_boot * cfg.channels
+            per_stream = n_rep // nstream if nstream else 0
+            for si in range(cfg.sessions_per_boot if per_stream >= 2 else 0):
+                session += 1
+                s0 = b0 + (b1 - b0) * si // cfg.sessions_per_boot
+                s1 = b0 + (b1 - b0) * (si + 1) // cfg.sessions_per_boot
+                for ch in range(cfg.channels):
+                    st = _stream(rng, per_stream, cfg, lossy=True)
+                    nrow = len(st["rel"])
+                    acc.add(seq=st["rel"] + 1, rx=_rx_times(rng, s0, s1, nrow),
+                            channel=np.full(nrow, ch, np.int32), dup=st["dup"], retx=st["dup"],
+                            priority=rng.integers(1, 8, nrow).astype(np.int32))
+                    for k2, v in common.items():
+                        stream_meta[k2].append(v)
+                    stream_meta["kind"].append("report")
+                    stream_meta["session"].append(session)
+                    stream_meta["lead_channel"].append(ch)
+                    stream_meta["len"].append(nrow)
+                    row += nrow
+                    tot["lost"] += st["lost"]
+                    tot["duplicates"] += st["dups"]
+                    tot["retransmissions"] += st["dups"]
+                    tot["late"] += st["late"]
+                    tot["lateness_sum"] += st["lateness_sum"]
+                    tot["lateness_max"] = max(tot["lateness_max"], st["lateness_max"])
+                    dt_["lost"] += st["lost"]
+                    dt_["duplicates"] += st["dups"]
+                    dt_["late"] += st["late"]
+        dt_["messages"] = row - dev_start
+        dt_["boots"] = nboot
+        per_device[dev] = dt_
+        dev_arrival_chunks.append((dev_start, row))
+
+    seq = acc.cat("seq")
+    rx = acc.cat("rx")
+    dup = acc.cat("dup")
+    lens = np.array(stream_meta["len"], dtype=np.int64)
+    n = int(lens.sum())
+
+    def rep(name: str, dtype: Any = None) -> np.ndarray:
+        return np.repeat(np.array(stream_meta[name], dtype=dtype), lens)
+
+    # bridge-computed lead per stream (streams are contiguous and in arrival order)
+    lead = np.empty(n, dtype=np.int64)
+    bdup = np.empty(n, dtype=bool)
+    starts = np.concatenate([[0], np.cumsum(lens)])
+    for i in range(len(lens)):
+        a, b = starts[i], starts[i + 1]
+        lead[a:b], bdup[a:b] = bridge_lead(seq[a:b])
+    assert np.array_equal(bdup, dup), "generator: injected duplicates disagree with recomputation"
+    # per-device arrival counter: merge the device's streams by receive time
+    arrival = np.empty(n, dtype=np.int64)
+    for a, b in dev_arrival_chunks:
+        order = np.argsort(rx[a:b], kind="stable")
+        arr = np.empty(b - a, dtype=np.int64)
+        arr[order] = np.arange(1, b - a + 1)
+        arrival[a:b] = arr
+    hist = {
+        "lead_eq1": int((lead == 1).sum()),
+        "lead_eq0": int((lead == 0).sum()),
+        "lead_gt1": int((lead > 1).sum()),
+        "lead_lt0": int((lead < 0).sum()),
+    }
+    stored_lead = lead.copy()
+    stored_dup = dup.copy()
+    if cfg.lead_errors:
+        bad = rng.choice(n, size=cfg.lead_errors, replace=False)
+        stored_lead[bad] += 7
+    if cfg.dup_flag_errors:
+        bad = rng.choice(n, size=cfg.dup_flag_errors, replace=False)
+        stored_dup[bad] = ~stored_dup[bad]
+    kind = rep("kind")
+    e2e = np.exp(rng.normal(np.log(20_000), 0.6, n)).astype(np.int64)  # ~20 ms
+    commit = np.exp(rng.normal(np.log(1_500), 0.5, n)).astype(np.int64)  # ~1.5 ms
+    gen_null = rng.random(n) < cfg.gen_ts_null
+    payload = rng.integers(8, 200, n).astype(np.int32)
+    ts_type = TABLES["arrivals"].field("host_rx_ts").type
+    arrivals = pa.table(
+        {
+            "device_id": _dict_strings(rep("dev")),
+            "boot_epoch": rep("boot_epoch", np.int64),
+            "boots": rep("boots", np.int64),
+            "channel": acc.cat("channel"),
+            "kind": _dict_strings(kind),
+            "session": rep("session", np.int64),
+            "lead_channel": rep("lead_channel", np.int32),
+            "seq": seq,
+            "arrival": arrival,
+            "lead": stored_lead,
+            "duplicate": stored_dup,
+            "retransmission": acc.cat("retx"),
+            "priority": acc.cat("priority"),
+            "payload_bytes": payload,
+            "frame_bytes": payload + np.int32(12),
+            "gen_ts": pa.array(rx - e2e, type=ts_type, mask=gen_null),
+            "host_rx_ts": pa.array(rx, type=ts_type),
+            "host_commit_ts": pa.array(rx + commit, type=ts_type),
+            "firmware_version": _dict_strings(rep("fw")),
+            "transport": _dict_strings(rep("transport")),
+            "bridge_id": _dict_strings(rep("bridge")),
+        },
+        schema=TABLES["arrivals"],
+    )
+    e2e_known = e2e[~gen_null]
+    totals: dict[str, Any] = {
+        "rows": n,
+        "devices": ndev,
+        "boots": len(boots_rows),
+        "events": int((kind == "event").sum()),
+        "reports": int((kind == "report").sum()),
+        "unique": n - int(dup.sum()),
+        **tot,
+        **hist,
+        "lead_mismatches": cfg.lead_errors,
+        "dup_flag_mismatches": cfg.dup_flag_errors,
+        "latency_rx_to_commit_p50_us": float(np.percentile(commit, 50)),
+        "latency_rx_to_commit_p99_us": float(np.percentile(commit, 99)),
+        "latency_gen_to_rx_p50_us": float(np.percentile(e2e_known, 50)) if len(e2e_known) else None,
+        "latency_gen_to_rx_p99_us": float(np.percentile(e2e_known, 99)) if len(e2e_known) else None,
+    }
+    tables = {
+        "arrivals": arrivals,
+        "losses": pa.Table.from_pylist(losses, schema=LOSSES) if losses else LOSSES.empty_table(),
+        "boots": pa.Table.from_pylist(boots_rows, schema=BOOTS),
+    }
+    return tables, SynthTruth(totals=totals, per_device=per_device)
+
+
+def _dict_strings(values: np.ndarray) -> pa.Array:
+    uniq, inv = np.unique(values, return_inverse=True)
+    return pa.DictionaryArray.from_arrays(pa.array(inv.astype(np.int32)), pa.array(uniq.tolist())).cast(
+        pa.string()
+    )
+
+
+def _date_strings(ts: pa.Array) -> pa.Array:
+    us = ts.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    days = us // DAY_US
+    uniq, inv = np.unique(days, return_inverse=True)
+    names = [(dt.date(1970, 1, 1) + dt.timedelta(days=int(d))).isoformat() for d in uniq]
+    return pa.DictionaryArray.from_arrays(pa.array(inv.astype(np.int32)), pa.array(names)).cast(pa.string())
+
+
+def write_export(tables: dict[str, pa.Table], out_dir: str, max_rows_per_file: int = 2_000_000) -> None:
+    """Write tables as DIR/<table>/date=YYYY-MM-DD/part-*.parquet (the `leadwire export` layout)."""
+    part = ds.partitioning(pa.schema([(PARTITION_COLUMN, pa.string())]), flavor="hive")
+    for name, table in tables.items():
+        t = table.append_column(PARTITION_COLUMN, _date_strings(table.column(PARTITION_SOURCE[name])))
+        ds.write_dataset(
+            t,
+            os.path.join(out_dir, name),
+            format="parquet",
+            partitioning=part,
+            basename_template="part-{i}.parquet",
+            existing_data_behavior="delete_matching",
+            max_rows_per_file=max_rows_per_file,
+            max_rows_per_group=min(max_rows_per_file, 1_000_000),
+        )
+
+
+def synthesize(out_dir: str, cfg: SynthConfig | None = None) -> SynthTruth:
+    """Generate and write an export directory; return the ground truth."""
+    tables, truth = generate(cfg or SynthConfig())
+    write_export(tables, out_dir)
+    return truth
