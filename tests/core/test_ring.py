@@ -1,0 +1,185 @@
+"""Event ring (spec 004): the server side of the client table, case by case."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leadwire import codec, messages, wire
+from leadwire.ring import EVENT, NO_EVENT, RECOVERY, EventRing
+
+TOP = 0xFFFFFFFF
+
+
+def test_first_offset_is_start_and_successors_follow() -> None:
+    r = EventRing(4, start=10)
+    assert [r.append(b"x") for _ in range(3)] == [10, 11, 12]
+
+
+def test_random_start_offsets_differ_between_boots() -> None:
+    starts = {EventRing(4).append(b"x") for _ in range(20)}
+    assert len(starts) > 15  # 20 draws from 2^32: a collision is ~5e-8 likely
+
+
+def test_case_1_event_s_n() -> None:
+    r = EventRing(4, start=10)
+    for p in (b"a", b"b", b"c"):
+        r.append(p)
+    assert r.poll(9) == (EVENT, 10, b"a")
+    assert r.poll(10) == (EVENT, 11, b"b")
+    assert r.poll(11) == (EVENT, 12, b"c")
+
+
+def test_case_2_newest_gives_no_event() -> None:
+    r = EventRing(4, start=10)
+    r.append(b"a")
+    assert r.poll(10) == (NO_EVENT, 10)
+
+
+def test_case_3_recovery_after_overrun_with_exact_range() -> None:
+    r = EventRing(4, start=100)
+    for i in range(10):  # offsets 100..109, ring keeps 106..109
+        r.append(bytes([i]))
+    assert r.poll(101) == (RECOVERY, 106, 109)
+    assert r.overwritten == 6
+    # client recovers by polling with n0 - 1; the lost events are s(101)..105 = 4 events
+    assert r.poll(105) == (EVENT, 106, bytes([6]))
+    assert (106 - (101 + 1)) == 4
+
+
+def test_case_3_for_offsets_ahead_of_the_newest() -> None:
+    r = EventRing(4, start=100)
+    r.append(b"a")
+    assert r.poll(500) == (RECOVERY, 100, 100)
+
+
+def test_empty_ring_answers_no_event() -> None:
+    """Just booted: nothing to recover to (documented in ring.py and docs/protocol.md)."""
+    r = EventRing(4, start=77)
+    assert r.poll(0) == (NO_EVENT, 0)
+    assert r.poll(76) == (NO_EVENT, 76)
+
+
+def test_client_offset_zero_before_any_event_gets_recovery() -> None:
+    r = EventRing(8, start=1000)
+    r.append(b"a")
+    assert r.poll(0) == (RECOVERY, 1000, 1000)
+
+
+def test_wrap_from_2_32_minus_1_to_0() -> None:
+    r = EventRing(4, start=TOP - 1)
+    assert [r.append(bytes([i])) for i in range(4)] == [TOP - 1, TOP, 0, 1]
+    assert r.poll(TOP - 2) == (EVENT, TOP - 1, b"\x00")
+    assert r.poll(TOP) == (EVENT, 0, b"\x02")
+    assert r.poll(0) == (EVENT, 1, b"\x03")
+    assert r.poll(1) == (NO_EVENT, 1)
+    r.append(b"\x04")  # evicts TOP - 1
+    assert r.poll(TOP - 2) == (RECOVERY, TOP, 2)
+
+
+def test_batch_by_count_and_bytes() -> None:
+    r = EventRing(16, start=0, slot_size=10)
+    for i in range(10):
+        r.append(bytes([i]) * 10, channel=i % 2)
+    kind, first, recs = r.poll_batch(2, max_events=3)
+    assert (kind, first) == (EVENT, 3)
+    assert recs == [(1, b"\x03" * 10), (0, b"\x04" * 10), (1, b"\x05" * 10)]
+    # budget: batch head 3 + records of 13 bytes each -> 2 records fit in 30 bytes
+    assert len(r.poll_batch(2, max_bytes=30)[2]) == 2
+    # one event always goes, even over budget
+    assert len(r.poll_batch(2, max_bytes=1)[2]) == 1
+
+
+def test_answer_into_matches_poll_batch_and_reports_backlog() -> None:
+    r = EventRing(16, start=TOP - 3, slot_size=8)
+    for i in range(12):
+        r.write(bytes([i, i]), i % 3)
+    buf = bytearray(wire.OVERHEAD + 2047)
+    n = (TOP - 3) & TOP  # the client has the first event
+    size = r.answer_into(buf, n >> 16, n & 0xFFFF, 5, 2047)
+    f = codec.decode(bytes(buf[:size]))
+    assert f.type == wire.EVENTS and f.seq == TOP - 2
+    backlog, recs = messages.decode_records(f.payload)
+    assert recs == r.poll_batch(n, max_events=5)[2]
+    assert backlog == 11 - 5
+    assert size == wire.OVERHEAD + 3 + 5 * (3 + 2)
+
+
+def test_answer_into_recovery_and_no_event_frames() -> None:
+    r = EventRing(4, start=100)
+    for _ in range(10):
+        r.write(b"x")
+    buf = bytearray(64)
+    f = codec.decode(bytes(buf[: r.answer_into(buf, 0, 101, 1, 100)]))
+    assert f.type == wire.RECOVERY and messages.decode_recovery(f) == (106, 109)
+    f = codec.decode(bytes(buf[: r.answer_into(buf, 0, 109, 1, 100)]))
+    assert f.type == wire.NO_EVENT and f.seq == 109 and f.payload == b""
+
+
+def test_bad_construction_and_oversize_event() -> None:
+    with pytest.raises(ValueError):
+        EventRing(0)
+    with pytest.raises(ValueError):
+        EventRing(65536)
+    r = EventRing(2, slot_size=4)
+    with pytest.raises(ValueError):
+        r.write(b"12345")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(1, 12),
+    start=st.integers(0, TOP),
+    appends=st.integers(0, 40),
+    probe=st.integers(-20, 60),
+)
+def test_poll_matches_reference_model(capacity: int, start: int, appends: int, probe: int) -> None:
+    """poll() agrees with a plain list model of the spec 004 table, across the wrap."""
+    r = EventRing(capacity, start=start, slot_size=2)
+    held: list[tuple[int, bytes]] = []
+    for i in range(appends):
+        off = r.append(bytes([i % 256]))
+        held = ([*held, (off, bytes([i % 256]))])[-capacity:]
+    n = (start + probe) & TOP
+    offsets = [o for o, _ in held]
+    if (n + 1) & TOP in offsets:
+        expected = (EVENT, (n + 1) & TOP, dict(held)[(n + 1) & TOP])
+    elif not held or n in offsets:
+        expected = (NO_EVENT, n)
+    else:
+        expected = (RECOVERY, offsets[0], offsets[-1])
+    assert r.poll(n) == expected
+
+
+def test_hot_path_never_builds_ints_of_2_30_or_more() -> None:
+    """32-bit ports box ints >= 2^30 (a heap allocation). Trace every local and attribute the hot
+    path touches while offsets run across the 2^32 wrap: all must stay below 2^30."""
+    r = EventRing(8, start=TOP - 5, slot_size=4)
+    buf = bytearray(128)
+    seen: list[int] = []
+    hot = {"write", "_classify", "answer_into", "_events_into", "_recovery_into", "put_header", "seal"}
+
+    def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
+        if frame.f_code.co_name in hot:
+            for v in frame.f_locals.values():
+                if isinstance(v, int) and not isinstance(v, bool):
+                    seen.append(v)
+            return tracer
+        return None
+
+    sys.settrace(tracer)
+    try:
+        hi, lo = 0xFFFF, 0xFFF9
+        for _ in range(20):
+            r.write(b"ab", 1)
+            r.answer_into(buf, hi, lo, 3, 100)
+            r.answer_into(buf, 0, 0, 3, 100)
+            hi, lo = r._hi, (r._lo - 1) & 0xFFFF
+    finally:
+        sys.settrace(None)
+    state = [r._hi, r._lo, r._d, r._head, r.count, r.overwritten]
+    assert seen and max(abs(v) for v in seen + state) < 2**30
+    assert r.newest == (TOP - 5 + 20 - 1) & TOP
