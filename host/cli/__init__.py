@@ -9,17 +9,18 @@ from __future__ import annotations
 import importlib
 
 import click
+
 from leadwire import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module:attribute, one-line help shown by `leadwire --help`)
     "demo": ("leadwire.cli.core_demo:demo", "Run the system end to end and print what it measured."),
     "fleet": ("leadwire.fleet.cli:fleet", "Analyse exported fleet telemetry with Spark."),
-    "board": ("leadwire.tools.board:board", "Run a virtual board: the firmware on the MicroPython unix port."),
+    "board": ("leadwire.tools.board:board", "Run a virtual board (the firmware on MicroPython)."),
     "flash": ("leadwire.tools.flash:flash", "Compile and copy the firmware and core to a board."),
     "bridge": ("leadwire.bridge.cli:bridge", "Run the bridge daemon: poll devices into the durable store."),
     "status": ("leadwire.bridge.cli:status", "Show devices and counters from the store."),
-    "export": ("leadwire.bridge.cli:export", "Export the store as Hive-partitioned Parquet for the fleet job."),
+    "export": ("leadwire.bridge.cli:export", "Export the store as Parquet for the fleet job."),
 }
 
 

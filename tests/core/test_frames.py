@@ -86,7 +86,7 @@ def test_bad_arguments() -> None:
 
 
 def test_reassembler_discards_partial_messages_on_close() -> None:
-    q, names = spec_state()
+    q, _ = spec_state()
     q.close(3)
     r = Reassembler()
     out = [m for f in iter(q.pop, None) if (m := r.feed(f)) is not None]

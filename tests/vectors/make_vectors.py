@@ -13,6 +13,7 @@ from pathlib import Path
 
 import crcmod.predefined
 from cobs import cobs
+
 from leadwire import codec, frames, messages, wire
 from leadwire.lead import LeadTracker
 from leadwire.ring import EventRing
