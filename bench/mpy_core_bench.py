@@ -1,9 +1,9 @@
 # Runs on the MicroPython unix port (driven by bench/core_bench.py): core hot-path rates.
 # Prints one "name value" line per figure.
+import binascii
 import gc
 import time
 
-import binascii
 from leadwire import wire
 from leadwire.crc16 import crc16, crc16_py
 from leadwire.ring import EventRing
@@ -29,7 +29,7 @@ def write():
 
 print("ring_write_per_s", rate(write, 20000))
 
-state = [0, 0]
+state = [0]
 
 
 def poll_batch():
@@ -46,10 +46,6 @@ def poll_batch():
 
 print("poll20_per_s", rate(poll_batch, 2000))
 print("poll20_frame_bytes", state[0])
-
-
-def answer_only():
-    ring.answer_into(buf, state[1], 0, 20, 1400)
 
 
 # answer_into alone: 20 x 64 B events from a full ring
