@@ -172,6 +172,33 @@ def test_stream_decoder_resync():
     eq(len([g for g in got if g < 0]), 2, "two errors")
 
 
+def test_poll_client_overrun_accounting():
+    from leadwire import client, codec, messages
+    from leadwire.ring import EventRing
+
+    ring = EventRing(4, 0xFFFFFFFE, 4)
+    buf = bytearray(128)
+
+    def answer(req):
+        if req.type == wire.HELLO:
+            return messages.hello_frame(messages.Hello(7, 4, 4, 128, 1, "d", "t", "unix"))
+        n = req.seq
+        size = ring.answer_into(buf, n >> 16, n & 0xFFFF, 8, 100)
+        return codec.decode(bytes(buf[:size]))
+
+    cl = client.PollClient()
+    for _ in range(2):
+        ring.write(b"ab", 1)
+    for _ in range(3):  # HELLO, first contact RECOVERY, EVENTS
+        cl.on_frame(answer(cl.next_request()))
+    eq((cl.n, cl.received), (0xFFFFFFFF, 2), "first contact")
+    for _ in range(11):
+        ring.write(b"cd", 2)
+    for _ in range(3):  # RECOVERY, HELLO (same epoch: overrun), EVENTS
+        cl.on_frame(answer(cl.next_request()))
+    eq((cl.loss.cause, cl.lost, cl.received, cl.n), ("overrun", 7, 6, 10), "overrun counted exactly")
+
+
 # -- allocation: 0 bytes on the device hot path ---------------------------------------------
 
 

@@ -1,0 +1,182 @@
+"""Client side of spec 004 (PollClient) against an in-process device ring, case by case."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leadwire import client as c
+from leadwire import codec, messages, wire
+from leadwire.ring import EventRing
+
+
+class Device:
+    """An EventRing answering frames as the firmware does (answer_into), plus HELLO."""
+
+    def __init__(self, capacity: int = 8, start: int | None = None, epoch: int = 1) -> None:
+        self.ring = EventRing(capacity, start=start, slot_size=8)
+        self.epoch = epoch
+        self.buf = bytearray(wire.OVERHEAD + 2047)
+        self.generated: list[int] = []
+
+    def emit(self, k: int = 1) -> None:
+        for _ in range(k):
+            self.generated.append(self.ring.append(b"e%d" % (len(self.generated) % 100000)))
+
+    def answer(self, req: codec.Frame) -> codec.Frame:
+        if req.type == wire.HELLO:
+            hello = messages.Hello(self.epoch, self.ring.capacity, 8, 1024, 1, "d", "t", "x")
+            return messages.hello_frame(hello)
+        n, me, mb = messages.decode_poll(req)
+        size = self.ring.answer_into(self.buf, n >> 16, n & 0xFFFF, me, mb)
+        return codec.decode(bytes(self.buf[:size]))
+
+
+def exchange(cl: c.PollClient, dev: Device, max_events: int = 255) -> tuple[str, object]:
+    return cl.on_frame(dev.answer(cl.next_request(max_events)))
+
+
+def test_handshake_then_first_contact_recovery_then_events() -> None:
+    dev = Device(capacity=8, start=1000)
+    dev.emit(3)
+    cl = c.PollClient()
+    assert cl.next_request().type == wire.HELLO
+    kind, _ = exchange(cl, dev)
+    assert kind == c.HELLO and cl.epoch == 1 and cl.state == c.POLLING
+    kind, loss = exchange(cl, dev)  # poll 0: case 3
+    assert kind == c.RECOVER and loss.cause == c.FIRST_CONTACT and loss.lost is None
+    assert (loss.n0, loss.n1, cl.n) == (1000, 1002, 999)
+    kind, evs = exchange(cl, dev)
+    assert kind == c.EVENTS and [o for o, _, _ in evs] == [1000, 1001, 1002]
+    assert loss.ended and loss.recovered == 3 and cl.n == 1002
+    assert exchange(cl, dev) == (c.NOTHING, None)  # case 2
+
+
+def test_overrun_is_confirmed_by_hello_and_counted_exactly() -> None:
+    dev = Device(capacity=4, start=0xFFFFFFFE)  # across the 2^32 wrap
+    dev.emit(2)
+    cl = c.PollClient()
+    exchange(cl, dev)
+    exchange(cl, dev)
+    exchange(cl, dev)  # got 0xFFFFFFFE, 0xFFFFFFFF
+    assert cl.n == 0xFFFFFFFF
+    dev.emit(11)  # offsets 0..10; the ring keeps 7..10: 0..6 are lost (7 events)
+    kind, loss = exchange(cl, dev)
+    assert (kind, loss, cl.state) == (c.RECOVER, None, c.CONFIRM)
+    assert cl.next_request().type == wire.HELLO
+    kind, _ = exchange(cl, dev)
+    assert kind == c.HELLO and cl.loss.cause == c.OVERRUN and cl.loss.lost == 7
+    assert (cl.loss.n0, cl.loss.n1, cl.n) == (7, 10, 6)
+    kind, evs = exchange(cl, dev)
+    assert [o for o, _, _ in evs] == [7, 8, 9, 10] and cl.loss.ended
+    assert cl.received + cl.lost == len(dev.generated)
+
+
+def test_restart_detected_by_recovery_then_hello() -> None:
+    dev = Device(capacity=8, start=50, epoch=11)
+    dev.emit(3)
+    cl = c.PollClient()
+    for _ in range(3):
+        exchange(cl, dev)
+    assert cl.n == 52
+    dev = Device(capacity=8, start=9000, epoch=12)  # power cut and reboot
+    dev.emit(2)
+    assert exchange(cl, dev) == (c.RECOVER, None)
+    exchange(cl, dev)
+    assert cl.loss.cause == c.RESTART and cl.loss.lost is None and cl.restarts == 1
+    assert cl.unknown_losses == 1 and cl.lost == 0
+    _, evs = exchange(cl, dev)
+    assert [o for o, _, _ in evs] == [9000, 9001]
+
+
+def test_unsolicited_hello_of_a_new_boot_resets_the_offset() -> None:
+    dev = Device(capacity=8, start=5, epoch=1)
+    dev.emit(1)
+    cl = c.PollClient()
+    for _ in range(3):
+        exchange(cl, dev)
+    dev = Device(capacity=8, start=777, epoch=2)
+    dev.emit(1)
+    kind, _ = cl.on_frame(dev.answer(messages.hello_request()))
+    assert kind == c.HELLO and cl.n == 0 and cl.fresh and cl.restarts == 1
+    kind, loss = exchange(cl, dev)
+    assert kind == c.RECOVER and loss.cause == c.RESTART and loss.n0 == 777
+
+
+def test_stale_answers_are_ignored() -> None:
+    dev = Device(capacity=8, start=100)
+    dev.emit(4)
+    cl = c.PollClient()
+    exchange(cl, dev)
+    rec = dev.answer(cl.next_request())
+    assert cl.on_frame(rec)[0] == c.RECOVER
+    assert cl.on_frame(rec) == (c.STALE, None)  # the same RECOVERY again (a duplicated datagram)
+    ev = dev.answer(cl.next_request(max_events=2))
+    assert cl.on_frame(ev)[0] == c.EVENTS
+    assert cl.on_frame(ev) == (c.STALE, None)  # duplicate EVENTS: not stored twice
+    assert cl.received == 2 and cl.stale == 2
+
+
+def test_timeouts_back_off_and_reset() -> None:
+    cl = c.PollClient(epoch=1)
+    assert cl.backoff(0.01, 1.0) == 0
+    for _ in range(3):
+        cl.on_timeout()
+    assert cl.backoff(0.01, 1.0) == 0.04 and cl.transport_errors == 3
+    for _ in range(20):
+        cl.on_timeout()
+    assert cl.backoff(0.01, 1.0) == 1.0
+    dev = Device()
+    dev.emit(1)
+    exchange(cl, dev)
+    assert cl.consecutive_errors == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32), capacity=st.integers(2, 16), start=st.integers(0, 2**32 - 1))
+def test_every_event_is_received_once_or_counted_lost(seed: int, capacity: int, start: int) -> None:
+    """Random bursts, lossy and duplicating link: received + exactly-counted lost == generated,
+    offsets strictly consecutive, nothing twice (overruns only, no restart)."""
+    rng = random.Random(seed)
+    dev = Device(capacity=capacity, start=start)
+    cl = c.PollClient()
+    got: list[int] = []
+    late: list[codec.Frame] = []
+    first: list[int] = []  # n0 of the first contact: counting starts there
+    for _ in range(120):
+        dev.emit(rng.choice([0, 0, 1, 2, 5, capacity + 3]))
+        req = cl.next_request(rng.randint(1, 6))
+        if rng.random() < 0.15:
+            cl.on_timeout()  # request or answer lost
+            continue
+        ans = dev.answer(req)
+        if rng.random() < 0.2:
+            late.append(ans)
+        arrivals = [ans]
+        if late and rng.random() < 0.2:
+            arrivals.insert(0, late.pop(rng.randrange(len(late))))  # delayed copy of an old answer
+        for frame in arrivals:
+            kind, data = cl.on_frame(frame)
+            if kind == c.EVENTS:
+                got += [o for o, _, _ in data]
+            if kind == c.RECOVER and data is not None and data.cause == c.FIRST_CONTACT:
+                first.append(data.n0)
+    while True:  # drain
+        kind, data = exchange(cl, dev)
+        if kind == c.EVENTS:
+            got += [o for o, _, _ in data]
+        elif kind == c.NOTHING:
+            break
+    assert len(first) <= 1
+    if not first and not got:
+        assert not dev.generated
+        return
+    # counting starts at the first contact's n0, or at offset s(0) when the device happened to hold
+    # it (spec 004: a client with no event polls with n = 0)
+    counted = dev.generated[dev.generated.index(first[0] if first else got[0]) :]
+    assert len(got) == len(set(got))
+    assert got == [o for o in counted if o in set(got)]  # in generation order, none from before
+    assert len(got) + cl.lost == len(counted)  # every event received or counted lost, exactly
+    assert cl.unknown_losses == 0 and cl.restarts == 0
