@@ -1,0 +1,191 @@
+"""`leadwire bridge`, `leadwire status`, `leadwire export`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .config import BridgeConfig, ConfigError, load
+
+
+def _load_or_exit(path: str) -> BridgeConfig:
+    try:
+        return load(path)
+    except ConfigError as e:
+        click.echo("leadwire: config error: %s" % e, err=True)
+        sys.exit(2)
+
+
+async def run_bridge(cfg: BridgeConfig, duration: float = 0.0) -> int:
+    from . import logs
+    from .daemon import Bridge
+
+    log = logs.setup(cfg.log_level)
+    bridge = Bridge(cfg, log)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await bridge.start()
+    except OSError as e:
+        logs.event(log, 40, "start_failed", error=str(e))
+        await bridge.stop()
+        return 1
+    if duration:
+        loop.call_later(duration, stop.set)
+    waiter = loop.create_task(stop.wait())
+    stopped = loop.create_task(bridge.stopped.wait())
+    await asyncio.wait([waiter, stopped], return_when=asyncio.FIRST_COMPLETED)
+    await bridge.stop()
+    waiter.cancel()
+    return 1 if bridge.failed is not None else 0
+
+
+@click.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False), help="bridge.toml")
+@click.option("--check", is_flag=True, help="Check the configuration and exit.")
+@click.option(
+    "--duration", type=float, default=0.0, help="Stop after this many seconds (0: run until SIGTERM)."
+)
+def bridge(config_path: str, check: bool, duration: float) -> None:
+    """Run the bridge daemon: poll devices into the durable store (SIGTERM stops it cleanly)."""
+    cfg = _load_or_exit(config_path)
+    if check:
+        click.echo(
+            "config ok: %d devices (%d in shard %d/%d)"
+            % (len(cfg.devices), len(cfg.my_devices()), *cfg.shard)
+        )
+        return
+    from leadwire.tools.simdevice import raise_nofile
+
+    raise_nofile()
+    sys.exit(asyncio.run(run_bridge(cfg, duration)))
+
+
+def _store_path(config_path: str | None, store: str | None) -> str:
+    if store:
+        return store
+    if config_path:
+        return _load_or_exit(config_path).store
+    click.echo("leadwire: give --config or --store", err=True)
+    sys.exit(2)
+
+
+STATUS_COLUMNS = (
+    ("device", "device"),
+    ("transport", "transport"),
+    ("boot_epoch", "boot epoch"),
+    ("boots", "boots"),
+    ("n", "offset n"),
+    ("events", "events"),
+    ("reports", "reports"),
+    ("received", "received"),
+    ("duplicates", "dups"),
+    ("late", "late"),
+    ("gaps", "gaps"),
+    ("overrun_lost", "overrun lost"),
+    ("restarts", "restarts"),
+    ("crc_errors", "crc err"),
+    ("bad_frames", "bad"),
+    ("auth_failures", "auth"),
+    ("timeouts", "timeouts"),
+    ("round_trips", "round trips"),
+)
+
+
+def status_rows(store_path: str) -> list[dict[str, Any]]:
+    from .client import CHANNEL_COUNTERS
+    from .store import connect_ro
+
+    conn = connect_ro(store_path)
+    try:
+        ev = dict(conn.execute("SELECT dev, COUNT(*) FROM events GROUP BY dev").fetchall())
+        rp = dict(conn.execute("SELECT dev, COUNT(*) FROM reports GROUP BY dev").fetchall())
+        out = []
+        for dev, device_id, transport, epoch, boots, n, counters in conn.execute(
+            "SELECT dev, device_id, transport, boot_epoch, boots, n, counters FROM devices ORDER BY device_id"
+        ):
+            c = json.loads(counters or "{}")
+            row: dict[str, Any] = {
+                "device": device_id,
+                "transport": transport,
+                "boot_epoch": "%08x" % epoch if epoch is not None else "-",
+                "boots": boots,
+                "n": n,
+                "events": ev.get(dev, 0),
+                "reports": rp.get(dev, 0),
+            }
+            for name in CHANNEL_COUNTERS:
+                row[name] = sum(int(ch.get(name, 0)) for ch in c.get("channels", {}).values())
+            row.update({k: int(v) for k, v in c.get("device", {}).items()})
+            out.append(row)
+        return out
+    finally:
+        conn.close()
+
+
+@click.command()
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="bridge.toml (for the store path)"
+)
+@click.option("--store", type=click.Path(dir_okay=False), help="the store file (instead of --config)")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per device.")
+def status(config_path: str | None, store: str | None, as_json: bool) -> None:
+    """Show devices and counters from the store (works while the bridge runs)."""
+    path = _store_path(config_path, store)
+    if not Path(path).exists():
+        click.echo("leadwire: store %s not found" % path, err=True)
+        sys.exit(2)
+    rows = status_rows(path)
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r))
+        return
+    heads = [h for _, h in STATUS_COLUMNS]
+    cells = [[str(r.get(k, 0)) for k, _ in STATUS_COLUMNS] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    click.echo(
+        "  ".join(
+            h.ljust(w) if i < 3 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths, strict=True))
+        )
+    )
+    for c in cells:
+        click.echo(
+            "  ".join(
+                v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(c, widths, strict=True))
+            )
+        )
+    click.echo("%d devices" % len(rows))
+
+
+@click.command()
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="bridge.toml (for the store path)"
+)
+@click.option("--store", type=click.Path(dir_okay=False), help="the store file (instead of --config)")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="export directory")
+@click.option("--since", default=None, help="only partitions from this date (YYYY-MM-DD or ISO time, UTC)")
+def export(config_path: str | None, store: str | None, out: str, since: str | None) -> None:
+    """Export the store as Hive-partitioned Parquet (arrivals, losses, boots); safe to repeat."""
+    from .export import export as do_export
+    from .export import parse_since
+
+    path = _store_path(config_path, store)
+    if since:
+        try:
+            parse_since(since)
+        except ValueError as e:
+            click.echo("leadwire: %s" % e, err=True)
+            sys.exit(2)
+    if not Path(path).exists():
+        click.echo("leadwire: store %s not found" % path, err=True)
+        sys.exit(2)
+    counts = do_export(path, out, since)
+    click.echo(json.dumps({"out": str(out), **counts}))

@@ -1,0 +1,475 @@
+"""A light simulated leadwire device, built on the protocol core, for bridge tests and benchmarks.
+
+:class:`SimCore` is the device agent without I/O: an ``EventRing`` (spec 004) answering HELLO and
+POLL, push sessions with a ``ReportSequence`` per channel (spec 003) sent through a ``FrameQueue``
+(spec 002), and a deterministic event generator: event ``i`` of a boot carries
+``u64 generation time (us) | u32 device index | u32 i`` and goes on channel ``1 + i % channels``.
+
+:class:`SimDevice` serves one core over UDP on 127.0.0.1 (asyncio; many per process), or over a
+pseudo-terminal with COBS framing (:class:`SimSerial`), with injectable faults (dropped, duplicated,
+delayed or corrupted answers; ignored ACKs). :class:`SimFleet` runs many devices in one event
+loop with one generator task.
+
+    python -m leadwire.tools.simdevice --devices 10 --rate 100     # prints one JSON line, runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from leadwire import codec, framing, messages, wire
+from leadwire.frames import FrameQueue
+from leadwire.reports import ReportSequence
+from leadwire.ring import EventRing
+
+EVENT = struct.Struct(">QII")  # generation time us, device index, event number in this boot
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class SimCore:
+    """The device side of the protocol, sans I/O: bytes in, bytes out."""
+
+    def __init__(
+        self,
+        index: int = 0,
+        capacity: int = 1024,
+        slot_size: int = 32,
+        seed: int = 0,
+        channels: int = 3,
+        frame_size: int = 1024,
+        firmware: str = "sim-0.1",
+        board: str = "sim",
+        start: int | None = None,
+        payload_size: int = 16,
+    ) -> None:
+        self.index = index
+        self.capacity = capacity
+        self.slot_size = slot_size
+        self.channels = channels
+        self.frame_size = frame_size
+        self.firmware = firmware
+        self.board = board
+        self.board_id = "sim-%d" % index
+        self.payload_size = max(EVENT.size, payload_size)
+        self.rng = random.Random(seed * 1_000_003 + index)
+        self.boots = 0
+        self.generated_total = 0
+        self.reports_sent = 0
+        self.report_retransmissions = 0
+        self.acks_received = 0
+        self.bad_frames = 0
+        self.boot(start)
+
+    # -- boot and events -----------------------------------------------------------------
+
+    def boot(self, start: int | None = None) -> None:
+        """(Re)start: new boot epoch, new ring from a random offset, no push sessions."""
+        self.boots += 1
+        self.epoch = self.rng.getrandbits(32)
+        first = self.rng.getrandbits(32) if start is None else start & 0xFFFFFFFF
+        self.start = first
+        self.ring = EventRing(self.capacity, first, self.slot_size)
+        self.generated = 0  # events written in this boot
+        self.sessions: dict[int, ReportSequence] = {}
+        self.queue = FrameQueue(self.frame_size)
+        self.pending: dict[int, tuple[list[bytes], float]] = {}  # channel -> (frames, sent at)
+        self.subscriber: Any = None
+        self._pad = bytes(self.payload_size - EVENT.size)
+
+    def write_events(self, k: int, t_us: int | None = None) -> None:
+        t = now_us() if t_us is None else t_us
+        ring = self.ring
+        pad = self._pad
+        for _ in range(k):
+            i = self.generated
+            ring.write(EVENT.pack(t, self.index, i & 0xFFFFFFFF) + pad, 1 + i % self.channels)
+            self.generated = i + 1
+        self.generated_total += k
+
+    def offset_of(self, i: int) -> int:
+        """Offset of event number i of this boot."""
+        return (self.start + i) & 0xFFFFFFFF
+
+    # -- requests ------------------------------------------------------------------------
+
+    def hello(self) -> bytes:
+        h = messages.Hello(
+            self.epoch, self.capacity, self.slot_size, self.frame_size, self.boots, self.board_id,
+            self.firmware, self.board,
+        )  # fmt: skip
+        return codec.encode(messages.hello_frame(h))
+
+    def handle(self, data: bytes, now_s: float = 0.0) -> list[bytes]:
+        """Answer one frame from the host."""
+        try:
+            f = codec.decode(data)
+        except wire.WireError:
+            self.bad_frames += 1
+            return []
+        t = f.type
+        try:
+            if t == wire.POLL:
+                n, me, mb = messages.decode_poll(f)
+                buf = bytearray(wire.OVERHEAD + wire.MAX_PAYLOAD)
+                size = self.ring.answer_into(buf, n >> 16, n & 0xFFFF, me, mb)
+                return [bytes(buf[:size])]
+            if t == wire.HELLO and not f.payload:
+                return [self.hello()]
+            if t == wire.SUBSCRIBE:
+                chans = messages.decode_subscribe(f)
+                out = []
+                if not chans:
+                    for ch in list(self.sessions):
+                        self.sessions[ch].end()
+                        out.append(codec.encode(codec.Frame(wire.CLOSE, 0, b"", ch)))
+                    self.sessions = {}
+                    self.pending = {}
+                    return [*out, codec.encode(messages.ack_frame(0))]
+                self.sessions = {}
+                self.pending = {}
+                for ch in chans:
+                    rs = ReportSequence()
+                    rs.begin()
+                    self.sessions[ch] = rs
+                return [codec.encode(messages.ack_frame(0))]
+            if t == wire.ACK:
+                number, status = messages.decode_ack(f)
+                rs = self.sessions.get(f.channel)
+                if rs is not None and rs.pending is not None and number == rs.number:
+                    self.acks_received += 1
+                    rs.confirm(status)
+                    self.pending.pop(f.channel, None)
+                return []
+        except wire.WireError:
+            self.bad_frames += 1
+            return []
+        self.bad_frames += 1
+        return []
+
+    # -- push sessions -------------------------------------------------------------------
+
+    def report_tick(self, now_s: float, ack_timeout: float = 0.5, t_us: int | None = None) -> list[bytes]:
+        """New reports for channels with nothing awaiting confirmation; identical resends on timeout."""
+        out: list[bytes] = []
+        meta: dict[int, tuple[int, int]] = {}
+        for ch, rs in self.sessions.items():
+            p = self.pending.get(ch)
+            if p is not None:
+                if now_s - p[1] >= ack_timeout:
+                    rs.timeout()
+                    self.report_retransmissions += 1
+                    self.pending[ch] = (p[0], now_s)
+                    out.extend(p[0])  # R0802: the identical bytes
+                continue
+            t = now_us() if t_us is None else t_us
+            body = messages.encode_records([(ch, EVENT.pack(t, self.index, rs.number))])
+            rs.hold(body)
+            mid = self.queue.post(body, priority=ch % 16)
+            meta[mid] = (ch, rs.number)
+        sent: dict[int, list[bytes]] = {}
+        while True:
+            fr = self.queue.pop()
+            if fr is None:
+                break
+            ch, number = meta[fr.message_id]
+            b = codec.encode(
+                codec.Frame(wire.NOTIFY, number, fr.data, ch, fr.priority, wire.F_LAST if fr.last else 0,
+                            fr.message_id, fr.index)
+            )  # fmt: skip
+            sent.setdefault(ch, []).append(b)
+            out.append(b)
+        for ch, frames_ in sent.items():
+            self.pending[ch] = (frames_, now_s)
+            self.reports_sent += 1
+        return out
+
+
+@dataclass
+class Faults:
+    """Deterministic fault injection on a simulated device's link (counts of frames to affect)."""
+
+    drop_answers: int = 0  # answers not sent at all (a transport error for the host)
+    dup_answers: int = 0  # answers sent twice in a row
+    late_answers: int = 0  # answers held back and sent after the next answer
+    corrupt_answers: int = 0  # one bit flipped (CRC error at the host)
+    ignore_acks: int = 0  # incoming ACKs ignored (the device retransmits the report)
+    mute: bool = False  # answer nothing
+    held: list[bytes] = field(default_factory=list)
+
+
+class _Link:
+    """What SimDevice and SimSerial share: fault injection around SimCore.handle."""
+
+    core: SimCore
+    faults: Faults
+
+    def _send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _answers(self, data: bytes) -> None:
+        fl = self.faults
+        if fl.mute:
+            return
+        if fl.ignore_acks and len(data) > 0 and (data[0] & 0x1F) == wire.ACK:
+            fl.ignore_acks -= 1
+            return
+        for out in self.core.handle(data, time.monotonic()):
+            if out[0] & 0x1F in (wire.ACK, wire.CLOSE):
+                self._send(out)
+                continue
+            if fl.drop_answers:
+                fl.drop_answers -= 1
+                continue
+            if fl.corrupt_answers:
+                fl.corrupt_answers -= 1
+                b = bytearray(out)
+                b[len(b) // 2] ^= 0x10
+                self._send(bytes(b))
+                continue
+            if fl.late_answers:
+                fl.late_answers -= 1
+                fl.held.append(out)
+                continue
+            self._send(out)
+            if fl.dup_answers:
+                fl.dup_answers -= 1
+                self._send(out)
+            while fl.held:
+                self._send(fl.held.pop(0))
+
+    def push(self, now_s: float, ack_timeout: float) -> None:
+        if self.faults.mute:
+            return
+        for b in self.core.report_tick(now_s, ack_timeout):
+            self._send(b)
+
+
+class SimDevice(_Link, asyncio.DatagramProtocol):
+    """One simulated device on a UDP socket at 127.0.0.1."""
+
+    def __init__(self, core: SimCore) -> None:
+        self.core = core
+        self.faults = Faults()
+        self.transport: asyncio.DatagramTransport | None = None
+        self.peer: Any = None
+        self.address = ("", 0)
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> SimDevice:
+        loop = asyncio.get_running_loop()
+        await loop.create_datagram_endpoint(lambda: self, local_addr=(host, port))
+        assert self.transport is not None
+        self.address = self.transport.get_extra_info("sockname")[:2]
+        return self
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.peer = addr
+        self._answers(data)
+
+    def _send(self, data: bytes) -> None:
+        if self.transport is not None and self.peer is not None:
+            self.transport.sendto(data, self.peer)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class SimSerial(_Link):
+    """One simulated device behind a pseudo-terminal: the bridge opens `path` as a serial port."""
+
+    def __init__(self, core: SimCore) -> None:
+        import pty
+        import tty
+
+        self.core = core
+        self.faults = Faults()
+        self.master, self.slave = pty.openpty()
+        tty.setraw(self.slave)
+        self.path = os.ttyname(self.slave)
+        os.set_blocking(self.master, False)
+        self.decoder = framing.StreamDecoder()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> SimSerial:
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self.master, self._readable)
+        return self
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self.master, 65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return
+        for item in self.decoder.feed(data):
+            if isinstance(item, codec.Frame):
+                self._answers(codec.encode(item))
+
+    def _send(self, data: bytes) -> None:
+        b = framing.encode(data)
+        try:
+            os.write(self.master, b)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self.master)
+        for fd in (self.master, self.slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class SimFleet:
+    """Many simulated devices in one event loop, with one generator task for all of them."""
+
+    def __init__(
+        self,
+        count: int,
+        rate: float = 10.0,
+        capacity: int = 1024,
+        seed: int = 0,
+        channels: int = 3,
+        limit: int | None = None,
+        tick: float = 0.01,
+        ack_timeout: float = 0.5,
+        payload_size: int = 16,
+        serial: int = 0,
+    ) -> None:
+        self.count = count
+        self.rate = rate  # events per second per device
+        self.limit = limit  # stop each device after this many events per boot
+        self.tick = tick
+        self.ack_timeout = ack_timeout
+        self.cores = [
+            SimCore(i, capacity=capacity, seed=seed, channels=channels, payload_size=payload_size)
+            for i in range(count)
+        ]
+        self.serial_count = serial  # the last `serial` devices are on pseudo-terminals
+        self.links: list[_Link] = []
+        self._task: asyncio.Task[None] | None = None
+        self._acc = [0.0] * count
+        self.running = True
+
+    async def start(self) -> SimFleet:
+        for i, core in enumerate(self.cores):
+            if i >= self.count - self.serial_count:
+                self.links.append(await SimSerial(core).start())
+            else:
+                self.links.append(await SimDevice(core).start())
+        self._task = asyncio.get_running_loop().create_task(self._generate())
+        return self
+
+    def describe(self) -> list[dict[str, Any]]:
+        out = []
+        for link in self.links:
+            if isinstance(link, SimDevice):
+                out.append({"id": link.core.board_id, "udp": "%s:%d" % link.address})
+            elif isinstance(link, SimSerial):
+                out.append({"id": link.core.board_id, "serial": link.path})
+        return out
+
+    async def _generate(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(self.tick)
+            now = loop.time()
+            dt = now - last
+            last = now
+            t = now_us()
+            if self.running and self.rate > 0:
+                for i, core in enumerate(self.cores):
+                    a = self._acc[i] + self.rate * dt
+                    k = int(a)
+                    self._acc[i] = a - k
+                    if self.limit is not None:
+                        k = min(k, self.limit - core.generated)
+                    if k > 0:
+                        core.write_events(k, t)
+            for link in self.links:
+                if link.core.sessions:
+                    link.push(now, self.ack_timeout)
+
+    def generated(self) -> int:
+        return sum(c.generated_total for c in self.cores)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for link in self.links:
+            link.close()  # type: ignore[attr-defined]
+
+
+def raise_nofile() -> None:
+    """Many devices need many sockets: lift the soft open-files limit to the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+async def _main(args: argparse.Namespace) -> None:
+    raise_nofile()
+    fleet = await SimFleet(
+        args.devices, rate=args.rate, capacity=args.capacity, seed=args.seed, limit=args.limit,
+        tick=args.tick, serial=args.serial, payload_size=args.payload,
+    ).start()  # fmt: skip
+    print(json.dumps({"pid": os.getpid(), "devices": fleet.describe()}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if args.duration:
+        loop.call_later(args.duration, stop.set)
+    await stop.wait()
+    gen = fleet.generated()
+    await fleet.stop()
+    print(json.dumps({"generated": gen}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--devices", type=int, default=1)
+    p.add_argument("--serial", type=int, default=0, help="how many of the devices sit on pseudo-terminals")
+    p.add_argument("--rate", type=float, default=10.0, help="events per second per device")
+    p.add_argument("--capacity", type=int, default=1024)
+    p.add_argument("--payload", type=int, default=16, help="event payload bytes (>= 16)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=None, help="events per device, then stop generating")
+    p.add_argument("--tick", type=float, default=0.01)
+    p.add_argument("--duration", type=float, default=0.0)
+    args = p.parse_args(argv)
+    asyncio.run(_main(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
