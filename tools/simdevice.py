@@ -81,7 +81,7 @@ class SimCore:
         self.epoch = self.rng.getrandbits(32)
         first = self.rng.getrandbits(32) if start is None else start & 0xFFFFFFFF
         self.start = first
-        self.ring = EventRing(self.capacity, first, self.slot_size)
+        self.ring = EventRing(self.capacity, first, self.slot_size, epoch=self.epoch)
         self.generated = 0  # events written in this boot
         self.sessions: dict[int, ReportSequence] = {}
         self.queue = FrameQueue(self.frame_size)
@@ -105,12 +105,12 @@ class SimCore:
 
     # -- requests ------------------------------------------------------------------------
 
-    def hello(self) -> bytes:
+    def hello(self, tag: int = 0) -> bytes:
         h = messages.Hello(
             self.epoch, self.capacity, self.slot_size, self.frame_size, self.boots, self.board_id,
             self.firmware, self.board,
         )  # fmt: skip
-        return codec.encode(messages.hello_frame(h))
+        return codec.encode(messages.hello_frame(h, tag))
 
     def handle(self, data: bytes, now_s: float = 0.0) -> list[bytes]:
         """Answer one frame from the host."""
@@ -124,10 +124,10 @@ class SimCore:
             if t == wire.POLL:
                 n, me, mb = messages.decode_poll(f)
                 buf = bytearray(wire.OVERHEAD + wire.MAX_PAYLOAD)
-                size = self.ring.answer_into(buf, n >> 16, n & 0xFFFF, me, mb)
+                size = self.ring.answer_into(buf, n >> 16, n & 0xFFFF, me, mb, f.message_id)
                 return [bytes(buf[:size])]
             if t == wire.HELLO and not f.payload:
-                return [self.hello()]
+                return [self.hello(f.message_id)]
             if t == wire.SUBSCRIBE:
                 chans = messages.decode_subscribe(f)
                 out = []
@@ -137,14 +137,14 @@ class SimCore:
                         out.append(codec.encode(codec.Frame(wire.CLOSE, 0, b"", ch)))
                     self.sessions = {}
                     self.pending = {}
-                    return [*out, codec.encode(messages.ack_frame(0))]
+                    return [*out, codec.encode(messages.ack_frame(0, tag=f.message_id))]
                 self.sessions = {}
                 self.pending = {}
                 for ch in chans:
                     rs = ReportSequence()
                     rs.begin()
                     self.sessions[ch] = rs
-                return [codec.encode(messages.ack_frame(0))]
+                return [codec.encode(messages.ack_frame(0, tag=f.message_id))]
             if t == wire.ACK:
                 number, status = messages.decode_ack(f)
                 rs = self.sessions.get(f.channel)

@@ -1,4 +1,4 @@
-"""The per-device client state machine: sans-I/O (no sockets, no clocks; h11 style).
+"""The per-device bridge client: sans-I/O (no sockets, no clocks; h11 style).
 
 The asyncio layer (daemon.py) asks :meth:`DeviceClient.request` for the next frame to send, feeds
 every frame received from the device to :meth:`DeviceClient.on_frame`, and reports a missing or
@@ -6,16 +6,21 @@ broken answer with :meth:`DeviceClient.on_transport_error`. Time comes in as arg
 client decides to store, it appends to its ``out_*`` lists, which the store drains in one
 transaction together with :meth:`DeviceClient.snapshot` (the client offset n and the counters).
 
-The client offset n follows spec 004's client table (docs/protocol.md, "Polling with offsets"):
+Spec 004 itself (the offset n, matching answers to requests by tag, the recovery phase, overrun
+vs restart vs first contact and the exact loss count) is the core's ``leadwire.client.PollClient``;
+this class wraps it with what the bridge adds: lead (spec 000) and duplicate flags for every
+arrival, push sessions (spec 003), adaptive polling, periodic HELLO, counters and the rows to store.
+The client table it follows (docs/protocol.md, "Polling with offsets"):
 
 ======================  ===========================================================================
 answer to POLL(n)       what the client does
 ======================  ===========================================================================
 EVENTS from s(n)        case 1: store the batch, n = its last offset, poll again (now if backlog)
 NO_EVENT(n)             case 2: nothing new, poll n again later
-RECOVERY(n0, n1)        case 3: ask HELLO to classify (boot epoch changed: restart; never had an
-                        event: first contact; else overrun with exactly (n0 - s(n)) mod 2^32 lost),
-                        record the loss, set n = n0 - 1 and consume n0..n1 (the recovery phase)
+RECOVERY(n0, n1, E)     case 3: classify by the boot epoch E it carries (new epoch: restart; no
+                        event of this boot yet: first contact; else overrun with exactly
+                        (n0 - s(n)) mod 2^32 lost), record the loss, set n = n0 - 1 and consume
+                        n0..n1 (the recovery phase)
 no answer / bad frame   transport error: poll n again after a bounded exponential backoff
 ======================  ===========================================================================
 
@@ -30,6 +35,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from leadwire import client as core
 from leadwire import codec, frames, messages, u32, wire
 from leadwire.lead import LeadTracker
 from leadwire.reassembly import Reassembler
@@ -90,6 +96,7 @@ class Loss:
     started_us: int
     ended_us: int | None = None
     recovered: int = 0
+    core: Any = field(default=None, repr=False, compare=False)  # the PollClient's Loss it mirrors
 
 
 @dataclass
@@ -122,7 +129,7 @@ class ClientState:
     """What the store keeps per device between runs (loaded into a new DeviceClient)."""
 
     n: int = 0
-    has_n: bool = False  # an event was ever received (spec 004: otherwise n is 0)
+    has_n: bool = False  # an event or range of the current boot is known (PollClient.fresh is False)
     boot_epoch: int | None = None
     boots: int = 0
     lead_last: int | None = None  # highest event offset seen in this boot (lead state, spec 000)
@@ -152,10 +159,20 @@ class DeviceClient:
         self.poll_cfg = poll
         self.deliver = deliver  # build Delivery objects for subscription callbacks
         self.ts_prefix = cfg.timestamp == "prefix_us"
-        # spec 004 client state
-        self.n = st.n
-        self.has_n = st.has_n
-        self.epoch: int | None = st.boot_epoch
+        # spec 004: the core's client, resumed from the stored offset
+        self.pc = core.PollClient(st.n, st.boot_epoch, fresh=not st.has_n)
+        self.recovery: Loss | None = None  # the open recovery phase (a losses row)
+        if st.recovery is not None and st.boot_epoch is not None:
+            r = st.recovery
+            cl = core.Loss(r.cause, r.client_n, r.n0, r.n1, r.boot_epoch, r.lost)
+            cl.recovered = r.recovered
+            self.pc.loss = cl
+            r.core = cl
+            self.recovery = r
+        # Every run starts with a HELLO: it names the boot (a device restarted while the bridge was
+        # down shows a new epoch) and refreshes firmware/board. PollClient asks for one only
+        # before the first epoch is known; `_need_hello` is its flag for "ask again".
+        self.pc._need_hello = True
         self.boots = st.boots
         self.arrival = st.arrival
         self.loss_seq = st.loss_seq
@@ -164,20 +181,18 @@ class DeviceClient:
         self.board = st.board
         self.board_id = st.board_id
         self.capacity = 0
-        self.recovery: Loss | None = st.recovery
-        self._pending_recovery: tuple[int, int, int, int] | None = None  # n0, n1, client_n, rx_us
-        self._restart_pending = False  # a HELLO showed a new boot epoch: the next case 3 is a restart
+        self._booted: int | None = st.boot_epoch  # the last boot a boots row was written for
+        self._boot_by_recovery: int | None = None
         self.lead = LeadTracker()
-        if self.epoch is not None and st.lead_last is not None:
+        if st.boot_epoch is not None and st.lead_last is not None:
             self.lead.lead(self.device_id, EVENT_LEAD_CHANNEL, st.lead_last)  # seeds last_seq
         self.lead_last = st.lead_last
         # requests
-        self.need_hello = True
         self.need_subscribe = bool(cfg.subscribe)
         self.sub_channels: dict[int, int] = {}  # channel -> session, for reports
+        self.sub_tag = 0
         self.outstanding = 0
         self._last_hello_s = -1e18
-        self._timeouts = 0
         # adaptive polling
         self.interval = poll.interval
         self.next_delay = 0.0
@@ -204,45 +219,56 @@ class DeviceClient:
         self.log: list[tuple[str, dict[str, Any]]] = []  # structured log records for the I/O layer
         self.dirty = False
 
+    @property
+    def n(self) -> int:
+        """The client offset n of spec 004."""
+        return self.pc.n
+
+    @property
+    def epoch(self) -> int | None:
+        return self.pc.epoch
+
     # -- requests ------------------------------------------------------------------------
 
     def request(self, now_s: float) -> codec.Frame:
         """The next frame to send (HELLO, SUBSCRIBE or POLL(n)); it becomes the outstanding request."""
-        if (
-            self.need_hello
-            or self._pending_recovery is not None
-            or now_s - self._last_hello_s >= self.poll_cfg.hello_interval
-        ):
-            self.outstanding = REQ_HELLO
-            return messages.hello_request()
-        if self.need_subscribe:
+        pc = self.pc
+        if self.need_subscribe and pc.state == core.POLLING and not pc._need_hello:
             self.outstanding = REQ_SUBSCRIBE
-            self.session += 1
+            self.sub_tag = (self.sub_tag + 1) & 0xFF
+            self.session += 1  # the device starts a session (numbers from 1) on every SUBSCRIBE
             self.sub_channels = {ch: self.session for ch in self.cfg.subscribe}
             self.dirty = True
-            return messages.subscribe_frame(self.cfg.subscribe)
-        self.outstanding = REQ_POLL
-        self.dc["polls"] += 1
-        return messages.poll_frame(self.n, self.poll_cfg.batch, self.poll_cfg.max_bytes)
+            return messages.subscribe_frame(self.cfg.subscribe, self.sub_tag)
+        if now_s - self._last_hello_s >= self.poll_cfg.hello_interval:
+            pc._need_hello = True  # periodic: catches a restart of a device whose ring is empty
+        f = pc.next_request(self.poll_cfg.batch, self.poll_cfg.max_bytes)
+        if f.type == wire.POLL:
+            self.outstanding = REQ_POLL
+            self.dc["polls"] += 1
+        else:
+            self.outstanding = REQ_HELLO
+        return f
 
     def on_transport_error(self) -> float:
         """No answer in time (or a broken one): the same request again after the returned delay."""
-        self._timeouts += 1
         self.dc["timeouts"] += 1
+        self.dirty = True
+        p = self.poll_cfg
+        if self.outstanding == REQ_SUBSCRIBE:
+            self.outstanding = 0
+            self.next_delay = 0.0
+            return 0.0
         self.outstanding = 0
-        if self._timeouts >= 3:
-            self.need_hello = True  # the device may have restarted while silent
-        delay = min(
-            self.poll_cfg.backoff_max, self.poll_cfg.timeout * 0.5 * (2 ** min(self._timeouts - 1, 20))
-        )
-        self.next_delay = delay
-        return delay
+        pc = self.pc
+        pc.on_timeout()
+        if pc.consecutive_errors >= 3 and pc.state == core.POLLING:
+            pc._need_hello = True  # silent for a while: the device may have restarted
+        self.next_delay = pc.backoff(p.timeout * 0.5, p.backoff_max)
+        return self.next_delay
 
     def on_bad_frame(self, code: int) -> None:
-        if code == wire.E_CRC:
-            self.dc["crc_errors"] += 1
-        else:
-            self.dc["bad_frames"] += 1
+        self.dc["crc_errors" if code == wire.E_CRC else "bad_frames"] += 1
         self.dirty = True
 
     # -- frames in -----------------------------------------------------------------------
@@ -251,14 +277,6 @@ class DeviceClient:
         """Feed one received frame. Returns True when it answers the outstanding request."""
         t = f.type
         try:
-            if t == wire.EVENTS:
-                return self._on_events(f, nbytes, now_s, rx_us)
-            if t == wire.NO_EVENT:
-                return self._on_no_event(f, now_s)
-            if t == wire.RECOVERY:
-                return self._on_recovery(f, now_s, rx_us)
-            if t == wire.HELLO:
-                return self._on_hello(f, now_s, rx_us)
             if t == wire.NOTIFY:
                 self._on_notify(f, nbytes, rx_us)
                 return False
@@ -276,66 +294,46 @@ class DeviceClient:
                 self.dirty = True
                 self.log.append(("device_error", {"code": code, "text": text}))
                 return False
+            if t not in (wire.EVENTS, wire.NO_EVENT, wire.RECOVERY, wire.HELLO) or (
+                t == wire.HELLO and not f.payload
+            ):
+                self.on_bad_frame(wire.E_TYPE)  # a host->device type sent to us
+                return False
+            pc = self.pc
+            old_epoch = pc.epoch
+            kind, data = pc.on_frame(f)
+            if kind == core.STALE:
+                # a late or duplicated answer (its tag or range does not fit): still an arrival
+                self.dc["stale_answers"] += 1
+                self.dirty = True
+                if t == wire.EVENTS:
+                    self._stale_events(f, rx_us)
+                return False
+            self.outstanding = 0
+            self.dc["round_trips"] += 1
+            self.dirty = True
+            if kind == core.EVENTS:
+                self._events(f, data, rx_us)
+                self._sync_loss(rx_us)
+                self._adapt(now_s, len(data), pc.backlog, full=len(data) >= self.poll_cfg.batch)
+            elif kind == core.NOTHING:
+                self._adapt(now_s, 0, 0, full=False)
+            elif kind == core.RECOVER:
+                self._on_loss(data, old_epoch, rx_us)
+                self.next_delay = 0.0
+            elif kind == core.HELLO:
+                self._on_hello(data, old_epoch, now_s, rx_us)
+                self.next_delay = 0.0
+            return True
         except wire.WireError as e:
             self.on_bad_frame(e.code)
             return False
-        self.dc["bad_frames"] += 1  # a host->device type (POLL, SUBSCRIBE) sent to us
-        self.dirty = True
-        return False
 
-    def _answered(self, now_s: float) -> None:
-        self._timeouts = 0
-        self.outstanding = 0
-        self.dc["round_trips"] += 1
-        self.dirty = True
+    # -- spec 004 results ----------------------------------------------------------------
 
-    # -- spec 004: poll answers ----------------------------------------------------------
-
-    def _on_events(self, f: codec.Frame, nbytes: int, now_s: float, rx_us: int) -> bool:
-        backlog, records = messages.decode_records(f.payload)
-        k = len(records)
-        if self.epoch is None or k == 0:
-            self.dc["stale_answers"] += 1  # no HELLO yet (cannot name the sender), or empty
-            self.dirty = True
-            return False
-        # records hold offsets first, s(first), ...; j of them are at or before n (already had)
-        j = u32.diff(self.n, f.seq) + 1
-        if not (self.has_n or self.recovery is not None) and j != 0:
-            j = -1  # before any event only an answer starting at s(n) can be ours
-        answers = self.outstanding == REQ_POLL and 0 <= j < k
-        if j < 0:
-            self.dc["stale_answers"] += 1  # starts after s(n): not an answer to any poll we sent
-            self.dirty = True
-            return False
-        take = k if answers else min(j, k)  # a late answer: log its old records, store nothing
-        self._arrivals_events(f, nbytes, records, take, j, rx_us)
-        if not answers:
-            self.dc["stale_answers"] += 1
-            return False
-        self._answered(now_s)
-        if self.recovery is not None:
-            rec = self.recovery
-            rec.recovered += k - j
-            if u32.diff(self.n, rec.n1) >= 0:
-                rec.ended_us = rx_us
-                self.recovery = None
-                self.log.append(("recovery_done", {"n1": rec.n1, "recovered": rec.recovered}))
-            self.out_losses.append(rec)
-        self._adapt(now_s, k - j, backlog, full=k >= self.poll_cfg.batch)
-        return True
-
-    def _arrivals_events(
-        self,
-        f: codec.Frame,
-        nbytes: int,
-        records: list[tuple[int, bytes]],
-        take: int,
-        start_new: int,
-        rx_us: int,
-    ) -> None:
-        """Log records[:take] as arrivals; store those from index start_new on (after n)."""
+    def _events(self, f: codec.Frame, evs: list[tuple[int, int, bytes]], rx_us: int) -> None:
         dev = self.dev_key
-        epoch = self.epoch
+        epoch = self.pc.epoch
         sender = self.device_id
         lead_of = self.lead.lead
         cc = self.cc
@@ -346,22 +344,15 @@ class DeviceClient:
         deliver = self.deliver
         ts = self.ts_prefix
         share = wire.OVERHEAD + wire.BATCH_HEAD  # the first record carries the frame's overhead
-        off = f.seq
-        for i in range(take):
-            ch, data = records[i]
+        for off, ch, data in evs:
             lead = lead_of(sender, EVENT_LEAD_CHANNEL, off)
-            dup = i < start_new
             self.arrival += 1
             c = cc.get(ch)
             if c is None:
                 c = cc[ch] = [0, 0, 0, 0, 0]
             c[0] += 1
-            if dup:
-                c[1] += 1
-            elif lead > 1:
+            if lead > 1:
                 c[3] += 1
-            elif lead < 0:
-                c[2] += 1
             gen = None
             if ts and len(data) >= 8:
                 g = int.from_bytes(data[:8], "big")
@@ -369,132 +360,131 @@ class DeviceClient:
                     gen = g
             plen = len(data)
             arrivals.append(
-                (dev, self.arrival, 0, epoch, boots, ch, 0, EVENT_LEAD_CHANNEL, off, lead, dup, False, prio,
+                (dev, self.arrival, 0, epoch, boots, ch, 0, EVENT_LEAD_CHANNEL, off, lead, False, False, prio,
                  plen, wire.RECORD_HEAD + plen + share, gen, rx_us)
             )  # fmt: skip
             share = 0
-            if not dup:
-                events.append((dev, epoch, off, ch, prio, data, self.arrival))
-                self.n = off
-                self.has_n = True
+            events.append((dev, epoch, off, ch, prio, data, self.arrival))
             if deliver:
                 self.out_deliveries.append(
-                    (Delivery(KIND_EVENT, ch, off, data, prio, dup, False, 0, rx_us), lead)
+                    (Delivery(KIND_EVENT, ch, off, data, prio, False, False, 0, rx_us), lead)
                 )
-            off = (off + 1) & 0xFFFFFFFF
-        if take:
-            self.lead_last = self.lead.last(sender, EVENT_LEAD_CHANNEL)
-            self.dc["events_stored"] += max(0, take - start_new)
-            self.dirty = True
+        self.lead_last = self.lead.last(sender, EVENT_LEAD_CHANNEL)
+        self.dc["events_stored"] += len(evs)
 
-    def _on_no_event(self, f: codec.Frame, now_s: float) -> bool:
-        if self.outstanding != REQ_POLL or f.seq != self.n:
-            self.dc["stale_answers"] += 1
-            self.dirty = True
-            return False
-        self._answered(now_s)
-        self._adapt(now_s, 0, 0, full=False)
-        return True
+    def _stale_events(self, f: codec.Frame, rx_us: int) -> None:
+        """Log the records of a late/duplicated EVENTS answer that we already have (duplicates).
 
-    def _on_recovery(self, f: codec.Frame, now_s: float, rx_us: int) -> bool:
-        n0, n1 = messages.decode_recovery(f)
-        if self.outstanding != REQ_POLL or (self.has_n and n0 == u32.succ(self.n)):
-            # a device holding s(n) answers EVENTS: this is a late copy of an earlier answer
-            self.dc["stale_answers"] += 1
-            self.dirty = True
-            return False
-        self._answered(now_s)
-        # classify with a fresh HELLO: a changed boot epoch is a restart (spec 004 case 3 causes)
-        self._pending_recovery = (n0, n1, self.n, rx_us)
-        self.next_delay = 0.0
-        return True
+        Records after n are not logged: they are polled (and logged) again in order.
+        """
+        pc = self.pc
+        if pc.fresh or pc.epoch is None:
+            return
+        _, records = messages.decode_records(f.payload)
+        j = u32.diff(pc.n, f.seq) + 1  # records at or before n
+        if j <= 0:
+            return
+        lost = self.recovery if self.recovery is not None and self.recovery.cause == core.OVERRUN else None
+        sender = self.device_id
+        off = f.seq
+        for i in range(min(j, len(records))):
+            ch, data = records[i]
+            if lost is not None and u32.lt(lost.client_n, off) and u32.lt(off, lost.n0):
+                off = u32.succ(off)  # counted lost in the open recovery: not a duplicate of anything
+                continue
+            lead = self.lead.lead(sender, EVENT_LEAD_CHANNEL, off)
+            self.arrival += 1
+            c = self.cc.get(ch)
+            if c is None:
+                c = self.cc[ch] = [0, 0, 0, 0, 0]
+            c[C_RECEIVED] += 1
+            c[C_DUPLICATES] += 1
+            plen = len(data)
+            self.out_arrivals.append(
+                (self.dev_key, self.arrival, 0, pc.epoch, self.boots, ch, 0, EVENT_LEAD_CHANNEL, off, lead,
+                 True, False, f.priority, plen, wire.RECORD_HEAD + plen, None, rx_us)
+            )  # fmt: skip
+            if self.deliver:
+                self.out_deliveries.append(
+                    (Delivery(KIND_EVENT, ch, off, data, f.priority, True, False, 0, rx_us), lead)
+                )
+            off = u32.succ(off)
 
-    def _start_recovery(self, rx_us: int) -> None:
-        assert self._pending_recovery is not None and self.epoch is not None
-        n0, n1, client_n, started = self._pending_recovery
-        self._pending_recovery = None
-        if self.recovery is not None:  # a new case 3 while recovering: that phase ends here
-            old = self.recovery
-            old.ended_us = started
-            self.out_losses.append(old)
+    def _sync_loss(self, rx_us: int) -> None:
+        r = self.recovery
+        if r is None or r.core is None:
+            return
+        r.recovered = r.core.recovered
+        if r.core.ended:
+            r.ended_us = rx_us
             self.recovery = None
-        if not self.has_n:
-            cause = "first_contact"
-            lost = None
-        elif self._restart_pending:
-            cause = "restart"
-            lost = None
-        else:
-            cause = "overrun"
-            lost = u32.distance(n0, u32.succ(client_n))
-            self.dc["overruns"] += 1
-            self.dc["overrun_lost"] += lost
-        self._restart_pending = False
+            self.log.append(("recovery_done", {"n1": r.n1, "recovered": r.recovered}))
+        self.out_losses.append(r)
+
+    def _on_loss(self, cl: Any, old_epoch: int | None, rx_us: int) -> None:
+        self._sync_loss(rx_us)  # a new case 3 ends the phase before it (PollClient marked it)
+        if self.recovery is not None:  # ended without PollClient saying so: close it here
+            self.recovery.ended_us = rx_us
+            self.out_losses.append(self.recovery)
+            self.recovery = None
+        if old_epoch is not None and cl.epoch != old_epoch:
+            self._new_boot(old_epoch, "recovery")
         self.loss_seq += 1
-        rec = Loss(self.loss_seq, self.epoch, client_n, n0, n1, lost, cause, started)
+        rec = Loss(self.loss_seq, cl.epoch, cl.client_n, cl.n0, cl.n1, cl.lost, cl.cause, rx_us)
+        rec.core = cl
         self.recovery = rec
         self.out_losses.append(rec)
         self.dc["recoveries"] += 1
-        self.n = u32.pred(n0)
-        self.dirty = True
-        self.next_delay = 0.0
+        if cl.cause == core.OVERRUN:
+            self.dc["overruns"] += 1
+            self.dc["overrun_lost"] += cl.lost
         self.log.append(
-            ("recovery", {"cause": cause, "client_n": client_n, "n0": n0, "n1": n1, "lost": lost})
-        )
+            ("recovery", {"cause": cl.cause, "client_n": cl.client_n, "n0": cl.n0, "n1": cl.n1,
+                          "lost": cl.lost, "skipped": cl.skipped})
+        )  # fmt: skip
 
-    def _on_hello(self, f: codec.Frame, now_s: float, rx_us: int) -> bool:
-        if not f.payload:
-            self.dc["bad_frames"] += 1  # a HELLO request sent to the host
-            return False
-        h = messages.decode_hello(f)
+    def _new_boot(self, old_epoch: int, by: str) -> None:
+        """The device restarted: a new sender for lead, no push session, a boots row to write."""
+        self.dc["restarts"] += 1
+        self.lead.reset(self.device_id)
+        self.lead_last = None
+        self.reasm = Reassembler(max_messages=16, max_bytes=65536)
+        self._msg_meta.clear()
+        self.sub_channels = {}
+        self.need_subscribe = bool(self.cfg.subscribe)
+        if by == "recovery":
+            self._boot_by_recovery = self.pc.epoch
+            self.pc._need_hello = True  # the new boot's HELLO fills its boots row
+        self.log.append(("restart", {"previous": old_epoch, "boot_epoch": self.pc.epoch, "detected_by": by}))
+
+    def _on_hello(self, h: messages.Hello, old_epoch: int | None, now_s: float, rx_us: int) -> None:
         self._last_hello_s = now_s
         self.capacity = h.capacity
-        by_recovery = self._pending_recovery is not None
-        if self.epoch is None or h.boot_epoch != self.epoch:
-            if self.epoch is not None:
-                self.dc["restarts"] += 1
-                self._restart_pending = True
-                self.lead.reset(self.device_id)
-                self.lead_last = None
-                self.reasm = Reassembler(max_messages=16, max_bytes=65536)
-                self._msg_meta.clear()
-                self.sub_channels = {}
-                self.need_subscribe = bool(self.cfg.subscribe)
-                if self.recovery is not None:  # the old boot's recovery cannot finish
-                    self.recovery.ended_us = rx_us
-                    self.out_losses.append(self.recovery)
-                    self.recovery = None
-            self.log.append(
-                ("boot", {"boot_epoch": h.boot_epoch, "boots": h.boots, "previous": self.epoch,
-                          "detected_by": "recovery" if by_recovery else "hello"})
-            )  # fmt: skip
-            self.epoch = h.boot_epoch
-            self.out_boots.append(
-                Boot(
-                    h.boot_epoch, h.boots, h.firmware, h.board, rx_us, "recovery" if by_recovery else "hello"
-                )
-            )
+        if old_epoch is not None and h.boot_epoch != old_epoch:
+            self._new_boot(old_epoch, "hello")
+        self._sync_loss(rx_us)
         self.boots = h.boots
         self.firmware = h.firmware
         self.board = h.board
         self.board_id = h.board_id
-        self.dirty = True
-        if self.outstanding == REQ_HELLO:
-            self._answered(now_s)
-            self.need_hello = False
-            if self._pending_recovery is not None:
-                self._start_recovery(rx_us)
-            return True
-        return False
+        if h.boot_epoch != self._booted:
+            by = "recovery" if self._boot_by_recovery == h.boot_epoch else "hello"
+            self.out_boots.append(Boot(h.boot_epoch, h.boots, h.firmware, h.board, rx_us, by))
+            self._booted = h.boot_epoch
+            self.log.append(("boot", {"boot_epoch": h.boot_epoch, "boots": h.boots, "detected_by": by}))
+        self._boot_by_recovery = None
 
     # -- spec 003: push sessions ---------------------------------------------------------
 
     def _on_ack(self, f: codec.Frame) -> bool:
         number, status = messages.decode_ack(f)
-        if self.outstanding == REQ_SUBSCRIBE and number == 0:
-            self._answered(0.0)
+        if self.outstanding == REQ_SUBSCRIBE and number == 0 and f.message_id == self.sub_tag:
+            self.outstanding = 0
+            self.dc["round_trips"] += 1
+            self.dirty = True
             if messages.is_success(status):
                 self.need_subscribe = False
+                self.next_delay = 0.0
                 self.log.append(
                     ("subscribed", {"channels": list(self.cfg.subscribe), "session": self.session})
                 )
@@ -521,7 +511,8 @@ class DeviceClient:
 
     def _on_report(self, ch: int, number: int, prio: int, body: bytes, fbytes: int, rx_us: int) -> None:
         session = self.sub_channels.get(ch)
-        if session is None or self.epoch is None:
+        epoch = self.pc.epoch
+        if session is None or epoch is None:
             self.dc["unsolicited"] += 1  # not subscribed (any more): not ours to confirm
             self.dirty = True
             return
@@ -541,11 +532,11 @@ class DeviceClient:
         elif lead > 1:
             c[C_GAPS] += 1
         self.out_arrivals.append(
-            (self.dev_key, self.arrival, 1, self.epoch, self.boots, ch, session, ch, number, lead, dup, dup,
+            (self.dev_key, self.arrival, 1, epoch, self.boots, ch, session, ch, number, lead, dup, dup,
              prio, len(body), fbytes, None, rx_us)
         )  # fmt: skip
         if not dup:
-            self.out_reports.append((self.dev_key, self.epoch, ch, session, number, prio, body, self.arrival))
+            self.out_reports.append((self.dev_key, epoch, ch, session, number, prio, body, self.arrival))
             self.dc["reports_stored"] += 1
         # confirm only once stored (the store sends it after commit): a crash before that makes
         # the device retransmit the identical report instead of losing it (spec 003 R0801/R0802)
@@ -598,10 +589,11 @@ class DeviceClient:
 
     def snapshot(self) -> tuple[Any, ...]:
         """The devices row written in the same transaction as the drained outputs."""
+        pc = self.pc
         return (
-            self.n,
-            int(self.has_n),
-            self.epoch,
+            pc.n,
+            int(not pc.fresh),
+            pc.epoch,
             self.boots,
             self.lead_last,
             self.arrival,

@@ -1,0 +1,143 @@
+"""Shared helpers: drive a DeviceClient against a SimCore in virtual time, configs, a bridge run."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from leadwire import codec, wire
+from leadwire.bridge.client import DeviceClient
+from leadwire.bridge.config import BridgeConfig, DeviceConfig, PollConfig, parse
+from leadwire.tools.simdevice import SimCore
+
+
+class Driver:
+    """The asyncio layer's job without asyncio: request -> device -> answers -> client, with faults."""
+
+    def __init__(self, client: DeviceClient, core: SimCore) -> None:
+        self.client = client
+        self.core = core
+        self.t = 0.0
+        self.us = 1_700_000_000_000_000
+        self.held: list[bytes] = []
+        self.requests: list[codec.Frame] = []
+        self.delays: list[float] = []
+
+    def feed(self, data: bytes) -> bool:
+        self.us += 1
+        try:
+            f = codec.decode(data)
+        except wire.WireError as e:
+            self.client.on_bad_frame(e.code)
+            return False
+        return self.client.on_frame(f, len(data), self.t, self.us)
+
+    def exchange(self, drop: bool = False, dup: bool = False, hold: bool = False, corrupt: bool = False) -> bool:
+        """One request/answer round; returns whether the request was answered."""
+        req = self.client.request(self.t)
+        self.requests.append(req)
+        outs = self.core.handle(codec.encode(req), self.t)
+        answered = False
+        for out in outs:
+            if drop:
+                continue
+            if hold:
+                self.held.append(out)
+                continue
+            if corrupt:
+                b = bytearray(out)
+                b[len(b) // 2] ^= 0x10
+                out = bytes(b)
+            answered |= self.feed(out)
+            if dup:
+                answered |= self.feed(out)
+        if not hold:
+            while self.held:
+                self.feed(self.held.pop(0))
+        if not answered:
+            self.client.on_transport_error()
+        self.delays.append(self.client.next_delay)
+        self.t += max(self.client.next_delay, 0.001)
+        return answered
+
+    def run(self, rounds: int) -> None:
+        for _ in range(rounds):
+            self.exchange()
+
+    def drain(self, limit: int = 1000) -> None:
+        """Poll until the device has nothing new (case 2) and no recovery is open."""
+        for _ in range(limit):
+            self.exchange()
+            req = self.requests[-1]
+            if (
+                req.type == wire.POLL
+                and self.client.recovery is None
+                and self.core.ring.count
+                and self.client.n == self.core.ring.newest
+            ):
+                return
+        raise AssertionError("did not drain")
+
+
+def make_client(
+    core: SimCore | None = None, poll: PollConfig | None = None, subscribe: tuple[int, ...] = (), **kw: Any
+) -> tuple[DeviceClient, SimCore, Driver]:
+    core = core or SimCore(0, **kw)
+    cl = DeviceClient(1, DeviceConfig("dev", "udp", subscribe=subscribe), poll or PollConfig(batch=16))
+    return cl, core, Driver(cl, core)
+
+
+def bridge_config(tmp: Path, devices: list[dict[str, Any]], **sections: Any) -> BridgeConfig:
+    doc: dict[str, Any] = {
+        "bridge": {"metrics": "", "id": "test-bridge", **sections.get("bridge", {})},
+        "store": {"path": str(tmp / "store.db"), "commit_interval": 0.02, **sections.get("store", {})},
+        "polling": {"interval": 0.01, "interval_min": 0.002, "interval_max": 0.05, "timeout": 0.1,
+                    "backoff_max": 0.2, **sections.get("polling", {})},
+        "device": devices,
+    }  # fmt: skip
+    return parse(doc)
+
+
+def toml_config(tmp: Path, devices: list[dict[str, Any]], extra: str = "", store: str = "store.db") -> Path:
+    lines = [
+        "[bridge]",
+        'id = "test-bridge"',
+        'metrics = ""',
+        "[store]",
+        'path = "%s"' % (tmp / store),
+        "commit_interval = 0.02",
+        "[polling]",
+        "interval = 0.01",
+        "interval_min = 0.002",
+        "interval_max = 0.05",
+        "timeout = 0.1",
+        "backoff_max = 0.2",
+        extra,
+    ]
+    for d in devices:
+        lines.append("[[device]]")
+        for k, v in d.items():
+            lines.append("%s = %s" % (k, '"%s"' % v if isinstance(v, str) else v))
+    p = tmp / "bridge.toml"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+async def wait_for(cond: Callable[[], bool], timeout: float = 20.0, step: float = 0.02) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError("condition not met within %.1fs" % timeout)
+        await asyncio.sleep(step)
+
+
+def query(db: Path | str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(str(db))
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
