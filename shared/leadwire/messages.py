@@ -8,7 +8,7 @@
 #            after this batch, saturated), then count records: channel u8, length u16, data.
 #            Records hold consecutive offsets seq, s(seq), ...
 #  NO_EVENT  seq = n; empty
-#  RECOVERY  seq = n0 (oldest offset held); n1 u32 (newest offset held)
+#  RECOVERY  seq = n0 (oldest offset held); n1 u32 (newest offset held), boot epoch u32
 #  SUBSCRIBE seq = 0; count u8, then count channel ids (count 0 ends the session)
 #  NOTIFY    seq = MessageNumber (spec 003); channel = report channel; fragmented by FrameQueue
 #            (message id, index, F_LAST); the reassembled body uses the EVENTS record layout:
@@ -113,14 +113,14 @@ class Hello:
         return "Hello(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
 
 
-def hello_frame(h):
+def hello_frame(h, tag=0):
     payload = (
         struct.pack(">HHHH", h.capacity, h.slot_size, h.frame_size, h.boots & 0xFFFF)
         + _short_str(h.board_id)
         + _short_str(h.firmware)
         + _short_str(h.board)
     )
-    return codec.Frame(wire.HELLO, h.boot_epoch, payload)
+    return codec.Frame(wire.HELLO, h.boot_epoch, payload, message_id=tag)
 
 
 def decode_hello(frame):
@@ -142,15 +142,15 @@ def decode_hello(frame):
     return Hello(frame.seq, cap, slot, fsize, boots, strs[0], strs[1], strs[2])
 
 
-def hello_request():
-    return codec.Frame(wire.HELLO, 0, b"")
+def hello_request(tag=0):
+    return codec.Frame(wire.HELLO, 0, b"", message_id=tag)
 
 
 # -- POLL / answers ------------------------------------------------------------------------
 
 
-def poll_frame(n, max_events=1, max_bytes=wire.MAX_PAYLOAD):
-    return codec.Frame(wire.POLL, n, struct.pack(">HH", max_events, max_bytes))
+def poll_frame(n, max_events=1, max_bytes=wire.MAX_PAYLOAD, tag=0):
+    return codec.Frame(wire.POLL, n, struct.pack(">HH", max_events, max_bytes), message_id=tag)
 
 
 def decode_poll(frame):
@@ -160,24 +160,30 @@ def decode_poll(frame):
     return frame.seq, me, mb
 
 
-def recovery_frame(n0, n1):
-    return codec.Frame(wire.RECOVERY, n0, struct.pack(">I", n1))
+def recovery_frame(n0, n1, epoch=0, tag=0):
+    return codec.Frame(wire.RECOVERY, n0, struct.pack(">II", n1, epoch), message_id=tag)
 
 
 def decode_recovery(frame):
     """-> (n0, n1)"""
-    _need(len(frame.payload) == 4, "recovery length")
-    return frame.seq, struct.unpack(">I", frame.payload)[0]
+    _need(len(frame.payload) == 8, "recovery length")
+    return frame.seq, struct.unpack(">I", frame.payload[:4])[0]
+
+
+def recovery_epoch(frame):
+    """The boot epoch of the ring that sent this RECOVERY."""
+    _need(len(frame.payload) == 8, "recovery length")
+    return struct.unpack(">I", frame.payload[4:])[0]
 
 
 # -- SUBSCRIBE / ACK / ERROR ----------------------------------------------------------------
 
 
-def subscribe_frame(channels):
+def subscribe_frame(channels, tag=0):
     chs = sorted(set(channels))
     if len(chs) > 255 or any(not 0 <= c <= 255 for c in chs):
         raise ValueError("channels are 0..255")
-    return codec.Frame(wire.SUBSCRIBE, 0, bytes([len(chs)]) + bytes(chs))
+    return codec.Frame(wire.SUBSCRIBE, 0, bytes([len(chs)]) + bytes(chs), message_id=tag)
 
 
 def decode_subscribe(frame):
@@ -186,8 +192,8 @@ def decode_subscribe(frame):
     return list(p[1:])
 
 
-def ack_frame(number, status=STATUS_OK, channel=0):
-    return codec.Frame(wire.ACK, number, struct.pack(">H", status), channel)
+def ack_frame(number, status=STATUS_OK, channel=0, tag=0):
+    return codec.Frame(wire.ACK, number, struct.pack(">H", status), channel, message_id=tag)
 
 
 def decode_ack(frame):
@@ -207,3 +213,41 @@ def decode_error(frame):
     except UnicodeError:
         text = repr(bytes(frame.payload[2:]))
     return struct.unpack(">H", frame.payload[:2])[0], text
+
+
+# -- channel payloads written by the device agent (layouts in device.py) --------------------
+
+HEALTH_FIELDS = (
+    "boots",
+    "reset_cause",
+    "uptime_s",
+    "heap_free",
+    "heap_min",
+    "overruns",
+    "dropped",
+    "bad_frames",
+)
+
+
+def decode_sample(data):
+    """Synthetic sensor sample -> (sample number mod 2^16, size)."""
+    _need(len(data) >= 2, "sample length")
+    return (data[0] << 8) | data[1], len(data)
+
+
+ALARM_BAD_FRAME = 1  # value: bad frames received so far
+ALARM_PERIODIC = 2  # synthetic alarm source; value: alarms raised so far
+HEALTH_SIZE = 16
+
+
+def decode_alarm(data):
+    """Alarm record -> (code, value); codes are ALARM_*."""
+    _need(len(data) == 5, "alarm length")
+    return data[0], struct.unpack(">I", bytes(data[1:5]))[0]
+
+
+def decode_health(data):
+    """Health record -> dict of HEALTH_FIELDS (layout in device.py: boots mod 4096, u16 saturated)."""
+    _need(len(data) == HEALTH_SIZE, "health length")
+    up, bc, free, low, over, dropped, bad = struct.unpack(">IHHHHHH", bytes(data))
+    return dict(zip(HEALTH_FIELDS, (bc >> 4, bc & 0xF, up, free, low, over, dropped, bad)))

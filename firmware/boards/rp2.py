@@ -1,0 +1,41 @@
+# Raspberry Pi Pico W (RP2040 + CYW43). What differs: UART pins, WLAN bring-up (country code), the
+# LED (on the wireless chip: Pin("LED")), the reset cause. Defaults: UART0 on GP0 (tx) / GP1 (rx).
+import machine
+
+KIND = "rp2"
+_led = None
+
+
+def uid():
+    return "rp2-" + "".join("%02x" % b for b in machine.unique_id()[-3:])
+
+
+def serial(c):
+    return machine.UART(
+        c.get("uart", 0),
+        baudrate=c.get("baud", 115200),
+        tx=machine.Pin(c.get("tx", 0)),
+        rx=machine.Pin(c.get("rx", 1)),
+        rxbuf=1024,
+        timeout=0,
+    )
+
+
+def network(c):
+    import rp2
+
+    rp2.country(c.get("country", "GB"))
+    from wlan import join
+
+    return join(c)
+
+
+def led(on):
+    global _led
+    if _led is None:
+        _led = machine.Pin("LED", machine.Pin.OUT)
+    _led.value(1 if on else 0)
+
+
+def reset_cause():
+    return machine.reset_cause()

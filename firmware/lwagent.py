@@ -1,0 +1,331 @@
+# The leadwire device agent: event ring (spec 004), push sessions (spec 003) through one outgoing
+# FrameQueue per link (spec 002), synthetic sensor / health / alarm sources, UDP and serial links.
+# lwboot.build() makes the config list and the links from config.json; main.py runs the agent.
+#
+# Memory: every name a module defines is a qstr that stays for good (~30 B each on a 64-bit port,
+# and past ~300 of them the interpreter adds a 3.6 KB pool), so links, sessions and settings are
+# lists indexed by const() names, which cost nothing. The push-session modules (frames, reports:
+# ~4.7 KB) are loaded on the first SUBSCRIBE: a board that is only polled never pays for them.
+#
+# Allocation (checked on the unix port with gc.mem_alloc deltas and heap_lock, tests/firmware):
+#   0 bytes  emit() (ring write + report accumulation), POLL and HELLO answers, serial receive
+#            (readinto + COBS scan) and send (COBS encode + write(buf, n)), the loops when idle.
+#   UDP      recvfrom() allocates the datagram and the peer address (~160 B on 64-bit) and the
+#            sendto() slice a memoryview (~32 B): per datagram, not per event.
+#   control  SUBSCRIBE, report build / post / ACK, NOTIFY fragments (Frame objects, the recorded
+#            bytes of each sent fragment for the identical resend), health, exceptions.
+import asyncio
+import gc
+import select
+import time
+
+from micropython import const
+
+from leadwire import device as dv
+from leadwire import wire
+from leadwire.framing import StreamDecoder, encode_into
+
+_RX = const(128)  # largest frame accepted (a SUBSCRIBE of up to 115 channels)
+# settings (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
+_TICK = const(2)
+_HCH = const(3)
+_HMS = const(4)
+_ACH = const(5)
+_APRIO = const(6)
+_AMS = const(7)
+_AGAP = const(8)
+_RMS = const(9)
+_RBYTES = const(10)
+_RTO = const(11)
+_RPRIO = const(12)
+_CPRIO = const(13)
+# health values and counters (the first 8 are the health record, device.health_into)
+_BOOTS = const(0)
+_CAUSE = const(1)
+_UP = const(2)
+_FREE = const(3)
+_LOW = const(4)
+_OVER = const(5)
+_DROP = const(6)
+_BAD = const(7)
+_OVERFLOW = const(8)  # events that found a report body full (they are still in the ring)
+_ALARMS = const(9)
+_ALAST = const(10)  # ticks_ms of the last bad-frame alarm
+# a link
+_IO = const(0)  # socket or stream
+_UDP = const(1)
+_TX = const(2)  # frame buffer
+_MV = const(3)  # memoryview of _TX
+_Q = const(4)  # FrameQueue (made on the first SUBSCRIBE)
+_GAP = const(5)  # ms between queued frames (models the link's bandwidth)
+_NEXT = const(6)
+_SUBS = const(7)  # channel -> session
+_OWN = const(8)  # message id -> session
+_RAW = const(9)  # recorded fragments to send again (timeouts)
+_PEER = const(10)  # UDP: where reports go (the subscriber)
+_HELLO = const(11)
+_RB = const(12)  # serial: read chunk, COBS buffer, stream decoder
+_CB = const(13)
+_DEC = const(14)
+# a push session (one per subscribed channel on a link)
+_RS = const(0)  # ReportSequence
+_BODY = const(1)  # report body being accumulated (count, backlog 0, records)
+_END = const(2)
+_K = const(3)  # records in the report awaiting its ACK (0: none)
+_SENT = const(4)  # its fragments as sent: the identical resend
+_DEAD = const(5)  # ticks_ms deadline of its ACK; None while fragments are queued
+_DUE = const(6)  # ticks_ms when the next report may be built
+_CH = const(7)
+_PRIO = const(8)
+_EVERY = const(9)
+# a sensor: channel, period us, size, due (ticks_us), sample number, payload buffer
+_SPER = const(1)
+_SSIZE = const(2)
+_SDUE = const(3)
+_SNUM = const(4)
+_SBUF = const(5)
+
+
+def link(io, udp, frame, gap):
+    tx = bytearray(frame)
+    L = [io, udp, tx, memoryview(tx), None, gap, 0, {}, {}, [], None, b""]
+    if udp:
+        L += [None, None, None]
+    else:
+        L += [bytearray(64), bytearray(frame + frame // 254 + 2), StreamDecoder(_RX)]
+    return L
+
+
+def _send(L, b, n, a):
+    # b[:n] to address a (UDP) or down the serial line; returns 1 for a dropped frame
+    try:
+        if L[_UDP]:
+            L[_IO].sendto(L[_MV][:n] if b is L[_TX] else b, a)
+        else:
+            cb = L[_CB]
+            m = encode_into(b, n, cb)
+            cb[m] = 0
+            L[_IO].write(cb, m + 1)
+        return 0
+    except OSError:
+        return 1
+
+
+class Agent:
+    def __init__(self, k, ring, sensors, links, board):
+        self.k = k
+        self.sensors = sensors
+        self.links = links
+        self.ring = ring
+        self.ev = bytearray(24)  # scratch payload: health and alarm records
+        h = [0] * 11
+        h[_BOOTS] = k[14]
+        h[_CAUSE] = board.reset_cause()
+        h[_LOW] = gc.mem_free()
+        h[_ALAST] = time.ticks_add(time.ticks_ms(), -k[_AGAP])
+        self.h = h
+        self.poll = select.poll()
+        for L in links:
+            self.poll.register(L[_IO], select.POLLIN)
+
+    def emit(self, channel, data, n):
+        """One event: into the ring, and into the report body of every session on its channel."""
+        self.ring.write(data, channel, n)
+        for L in self.links:
+            s = L[_SUBS].get(channel)
+            if s is not None:
+                e = dv.record_into(s[_BODY], s[_END], channel, data, n)
+                if e < 0:
+                    self.h[_OVERFLOW] += 1
+                else:
+                    s[_END] = e
+
+    def alarm(self, status, data):
+        self.h[_ALARMS] += 1
+        self.emit(self.k[_ACH], self.ev, dv.alarm_into(self.ev, status, data))
+
+    def _bad(self):
+        h = self.h
+        h[_BAD] += 1
+        now = time.ticks_ms()
+        if time.ticks_diff(now, h[_ALAST]) >= self.k[_AGAP]:
+            h[_ALAST] = now
+            self.alarm(1, h[_BAD])  # messages.ALARM_BAD_FRAME
+
+    def _rx(self, L, b, n, a):
+        # one received frame in b[:n], from a (UDP) or None (serial)
+        if wire.check(b, n):
+            return self._bad()
+        t = b[0] & 0x1F
+        tx = L[_TX]
+        if t == wire.POLL and n == 16:
+            m = self.ring.answer_into(tx, wire.seq_hi(b), wire.seq_lo(b), dv.u16(b, 0), dv.u16(b, 1))
+            self.h[_DROP] += _send(L, tx, m, a)
+        elif t == wire.HELLO and n == wire.OVERHEAD:
+            self.h[_DROP] += _send(L, L[_HELLO], len(L[_HELLO]), a)
+        elif t == wire.ACK and n == 14:
+            self._ack(L, b[2], (wire.seq_hi(b) << 16) | wire.seq_lo(b), dv.u16(b, 0))
+        elif t == wire.SUBSCRIBE and dv.subscribe_channels(b, n) is not None:
+            self._sub(L, dv.subscribe_channels(b, n), a)
+        else:
+            self._bad()
+
+    def _sub(self, L, chs, a):
+        # a new session (spec 003) for each listed channel this board has; an empty list ends
+        # them all and closes the queue with the configured priority (spec 002)
+        from leadwire.reports import ReportSequence
+
+        k = self.k
+        if L[_Q] is None:
+            from leadwire.frames import FrameQueue
+
+            L[_Q] = FrameQueue(len(L[_TX]) - wire.OVERHEAD)
+        L[_PEER] = a
+        L[_SUBS] = {}
+        L[_RAW] = []
+        known = [s[0] for s in self.sensors] + [k[_HCH], k[_ACH]]
+        for ch in chs:
+            if ch in known:
+                rs = ReportSequence()
+                rs.begin()
+                s = [rs, bytearray(k[_RBYTES]), 3, 0, None, None, 0, ch, k[_RPRIO], k[_RMS]]
+                if ch == k[_ACH]:
+                    s[_PRIO] = k[_APRIO]
+                    s[_EVERY] = 0
+                L[_SUBS][ch] = s
+        tx = L[_TX]
+        self.h[_DROP] += _send(L, tx, dv.ack_into(tx, 0, 0, 0, 200), a)
+        if not chs and not L[_Q].closing:
+            L[_Q].close(k[_CPRIO])
+
+    def _ack(self, L, ch, number, status):
+        s = L[_SUBS].get(ch)
+        if s is None or not s[_K] or number != s[_RS].number:
+            return  # not for a report awaiting confirmation: a late or duplicated ACK
+        if s[_RS].confirm(status):
+            s[_END] = dv.records_drop(s[_BODY], s[_END], s[_K])
+            s[_K] = 0
+            s[_DUE] = time.ticks_add(time.ticks_ms(), s[_EVERY])
+        else:
+            # a fault (R0802): same number, the report rebuilt; after 413 with half the events
+            n = s[_K]
+            self._post(L, s, max(1, n // 2) if status == 413 else n)
+
+    def _post(self, L, s, n):
+        body = dv.report_body(s[_BODY], n)
+        s[_RS].hold(body)
+        s[_K] = n
+        s[_SENT] = []
+        s[_DEAD] = None
+        L[_OWN][L[_Q].post(body, s[_PRIO])] = s
+
+    def _step(self, L, now):
+        # reports due or timed out, then at most one queued frame (paced by the link's gap)
+        subs = L[_SUBS]
+        for ch in subs:
+            s = subs[ch]
+            if s[_K]:
+                d = s[_DEAD]
+                if d is not None and time.ticks_diff(now, d) >= 0:
+                    s[_RS].timeout()  # no answer (R0802): the identical bytes, same number
+                    L[_RAW] += s[_SENT]
+                    s[_DEAD] = time.ticks_add(now, self.k[_RTO] + L[_GAP] * len(s[_SENT]))
+            elif s[_BODY][0] and not L[_Q].closing and time.ticks_diff(now, s[_DUE]) >= 0:
+                self._post(L, s, s[_BODY][0])
+        if time.ticks_diff(now, L[_NEXT]) < 0:
+            return
+        q = L[_Q]
+        f = q.peek()
+        h = self.h
+        if L[_RAW] and (f is None or f.priority <= self.k[_RPRIO]):
+            r = L[_RAW].pop(0)
+            h[_DROP] += _send(L, r, len(r), L[_PEER])
+        elif f is not None:
+            q.pop()
+            s = L[_OWN].get(f.message_id)
+            n = s[_RS].number if s else 0
+            tx = L[_TX]
+            m = dv.fragment_into(tx, s[_CH] if s else 0, n >> 16, n & 0xFFFF, f)
+            h[_DROP] += _send(L, tx, m, L[_PEER])
+            if f.is_close:
+                q.reopen()
+                L[_OWN] = {}
+            elif s:
+                s[_SENT].append(bytes(tx[:m]))
+                if f.last:
+                    s[_DEAD] = time.ticks_add(now, self.k[_RTO])
+                    del L[_OWN][f.message_id]
+        else:
+            return
+        L[_NEXT] = time.ticks_add(now, L[_GAP])
+
+    async def io(self):
+        for L in self.links:
+            if not L[_UDP] or L[_PEER]:
+                _send(L, L[_HELLO], len(L[_HELLO]), L[_PEER])  # HELLO after boot
+        h = self.h
+        while True:
+            busy = 0
+            try:
+                for obj, _ in self.poll.ipoll(0):
+                    for L in self.links:
+                        if L[_IO] is obj:
+                            busy = 1
+                            if L[_UDP]:
+                                d, a = obj.recvfrom(_RX)
+                                self._rx(L, d, len(d), a)
+                                continue
+                            rb = L[_RB]
+                            n = obj.readinto(rb) or 0
+                            dec = L[_DEC]
+                            p = 0
+                            while p < n:
+                                p = dec.scan(rb, p, n)
+                                if dec.ready > 0:
+                                    self._rx(L, dec.frame, dec.ready, None)
+                                elif dec.ready < 0:
+                                    self._bad()
+                now = time.ticks_ms()
+                for L in self.links:
+                    if L[_Q] is not None:
+                        self._step(L, now)
+            except Exception as e:  # a bug or an exhausted heap must not stop the board
+                h[_DROP] += 1
+                print("agent:", repr(e))
+            f = gc.mem_free()
+            if f < h[_LOW]:
+                h[_LOW] = f
+            await asyncio.sleep_ms(0 if busy else self.k[_TICK])
+
+    async def sources(self):
+        k = self.k
+        h = self.h
+        t = time.ticks_us()
+        for s in self.sensors:
+            s[_SDUE] = t
+        sec = hdue = adue = time.ticks_ms()
+        while True:
+            now = time.ticks_us()
+            for s in self.sensors:
+                n = 0
+                while time.ticks_diff(now, s[_SDUE]) >= 0:
+                    dv.sample_into(s[_SBUF], s[_SNUM])
+                    s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
+                    self.emit(s[0], s[_SBUF], s[_SSIZE])
+                    s[_SDUE] = time.ticks_add(s[_SDUE], s[_SPER])
+                    n += 1
+                    if n == 200:  # fell behind: resynchronise (a synthetic source owes nothing)
+                        s[_SDUE] = now
+            ms = time.ticks_ms()
+            if time.ticks_diff(ms, sec) >= 0:
+                h[_UP] += 1
+                sec = time.ticks_add(sec, 1000)
+            if k[_HMS] and time.ticks_diff(ms, hdue) >= 0:
+                hdue = time.ticks_add(ms, k[_HMS])
+                h[_FREE] = gc.mem_free()
+                h[_OVER] = self.ring.overwritten
+                self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h))
+            if k[_AMS] and time.ticks_diff(ms, adue) >= 0:
+                adue = time.ticks_add(ms, k[_AMS])
+                self.alarm(2, h[_ALARMS] + 1)  # messages.ALARM_PERIODIC
+            await asyncio.sleep_ms(1)

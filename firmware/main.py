@@ -1,0 +1,45 @@
+# leadwire device agent entry point (runs at power-on on ESP32 / Pico W; `leadwire board` runs it on
+# the unix port). Builds the agent for this board from config.json and runs it under asyncio.
+# Nothing here resets the board: a bad config or a failed link falls back to safe defaults, and an
+# unexpected failure stops at the REPL with a message, never in a crash loop.
+import asyncio
+import gc
+import sys
+
+if sys.platform == "esp32":
+    from boards import esp32 as board
+elif sys.platform == "rp2":
+    from boards import rp2 as board
+else:
+    from boards import unix as board
+
+
+def start():
+    import lwboot
+
+    try:
+        k, ring, sensors, links, tasks = lwboot.build(board)
+    except Exception as e:  # report anything, then run on defaults
+        print("boot: %r; starting with safe defaults" % (e,))
+        lwboot.CONFIG = "/nonexistent"
+        k, ring, sensors, links, tasks = lwboot.build(board)
+    del lwboot
+    del sys.modules["lwboot"]  # boot-only code: free its heap before the ring is made
+    gc.collect()
+    from lwagent import Agent
+
+    ag = Agent(k, ring, sensors, links, board)
+    tasks.append(ag.sources())
+    ag.tasks = [asyncio.create_task(t) for t in tasks]  # kept: the scheduler holds weak references
+    board.led(1)
+    gc.collect()
+    print("leadwire: ready, heap used %d free %d" % (gc.mem_alloc(), gc.mem_free()))
+    return ag.io()
+
+
+try:
+    asyncio.run(start())
+except KeyboardInterrupt:
+    print("leadwire: stopped")
+except Exception as e:
+    print("leadwire: agent stopped: %r" % (e,))

