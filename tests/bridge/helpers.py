@@ -35,7 +35,9 @@ class Driver:
             return False
         return self.client.on_frame(f, len(data), self.t, self.us)
 
-    def exchange(self, drop: bool = False, dup: bool = False, hold: bool = False, corrupt: bool = False) -> bool:
+    def exchange(
+        self, drop: bool = False, dup: bool = False, hold: bool = False, corrupt: bool = False
+    ) -> bool:
         """One request/answer round; returns whether the request was answered."""
         req = self.client.request(self.t)
         self.requests.append(req)

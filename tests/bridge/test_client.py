@@ -85,7 +85,13 @@ def test_restart_detected_by_recovery_epoch_resets_lead() -> None:
     core.write_events(2)
     d.exchange()  # poll 503 -> RECOVERY carrying the new epoch
     loss = cl.out_losses[-1]
-    assert (loss.cause, loss.lost, loss.n0, loss.n1, loss.boot_epoch) == ("restart", None, 7000, 7001, core.epoch)
+    assert (loss.cause, loss.lost, loss.n0, loss.n1, loss.boot_epoch) == (
+        "restart",
+        None,
+        7000,
+        7001,
+        core.epoch,
+    )
     assert cl.dc["restarts"] == 1 and cl.epoch == core.epoch != old
     d.exchange()  # HELLO for the new boot's row
     assert d.requests[-1].type == wire.HELLO
@@ -144,7 +150,14 @@ def test_duplicate_and_late_answers_get_spec000_leads_and_are_stored_once() -> N
     core.write_events(3)
     d.exchange(dup=True)  # 11,12,13 arrive twice in a row
     leads = [(a[A_SEQ], a[A_LEAD], a[A_DUP]) for a in cl.out_arrivals]
-    assert leads[1:] == [(11, 1, False), (12, 1, False), (13, 1, False), (11, -2, True), (12, -1, True), (13, 0, True)]
+    assert leads[1:] == [
+        (11, 1, False),
+        (12, 1, False),
+        (13, 1, False),
+        (11, -2, True),
+        (12, -1, True),
+        (13, 0, True),
+    ]
     assert offsets(cl) == [10, 11, 12, 13]
     core.write_events(1)
     d.exchange(hold=True)  # the answer (14) is delayed...

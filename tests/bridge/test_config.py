@@ -1,0 +1,90 @@
+"""Config errors: one line naming the key and the problem, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from leadwire.bridge.config import ConfigError, load, shard_of
+from leadwire.cli import main
+
+pytestmark = pytest.mark.timeout(60)
+
+GOOD_DEVICE = '[[device]]\nid = "a"\nudp = "127.0.0.1:4000"\n'
+
+CASES = [
+    ("[bridge]\nbogus = 1\n", "bridge.bogus", "unknown key"),
+    ("[polling]\ninterval = -1\n", "polling.interval", "between"),
+    (
+        "[polling]\ninterval_min = 0.5\ninterval_max = 0.1\n",
+        "polling.interval_max",
+        ">= polling.interval_min",
+    ),
+    ("[polling]\nbatch = 0\n", "polling.batch", "between 1 and 255"),
+    ('[polling]\nadaptive = "yes"\n', "polling.adaptive", "true or false"),
+    ('[store]\ncommit_interval = "fast"\n', "store.commit_interval", "must be a number"),
+    ('[bridge]\nmetrics = "nowhere"\n', "bridge.metrics", "host:port"),
+    ('[bridge]\nshard = "3/2"\n', "bridge.shard", "INDEX/COUNT"),
+    ('[[device]]\nid = "x"\n', "device[0].udp", "exactly one of"),
+    ('[[device]]\nudp = "127.0.0.1:99999"\n', "device[0].udp", "host:port"),
+    ('[[device]]\nserial = "/dev/ttyX"\nbaud = "fast"\n', "device[0].baud", "integer"),
+    ('[[device]]\nudp = "127.0.0.1:1"\nsubscribe = [1, 300]\n', "device[0].subscribe", "0..255"),
+    ('[[device]]\nudp = "127.0.0.1:1"\ntimestamp = "ms"\n', "device[0].timestamp", "prefix_us"),
+    (GOOD_DEVICE + GOOD_DEVICE.replace("4000", "4001"), "device[1].id", "duplicate device id"),
+    (GOOD_DEVICE + GOOD_DEVICE.replace('"a"', '"b"'), "device[1].udp", "already used"),
+    ("[bridge\n", "--config", "not valid TOML"),
+    ("device = 3\n", "device", "array of tables"),
+]
+
+
+@pytest.mark.parametrize("text,key,problem", CASES)
+def test_config_error_names_key_exits_2_writes_nothing(
+    tmp_path: Path, text: str, key: str, problem: str
+) -> None:
+    store = tmp_path / "never.db"
+    cfg = tmp_path / "bridge.toml"
+    path = 'path = "%s"\n' % store
+    cfg.write_text(
+        text.replace("[store]\n", "[store]\n" + path) if "[store]" in text else text + "\n[store]\n" + path
+    )
+    with pytest.raises(ConfigError) as e:
+        load(cfg)
+    assert e.value.key == key and problem in e.value.problem
+    r = CliRunner().invoke(main, ["bridge", "--config", str(cfg)])
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert (
+        len(lines) == 1 and lines[0].startswith("leadwire: config error: %s: " % key) and problem in lines[0]
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bridge.toml"]  # nothing written
+
+
+def test_missing_file_and_real_process(tmp_path: Path) -> None:
+    cfg = tmp_path / "bridge.toml"
+    cfg.write_text("[polling]\ntimeout = 0\n")
+    p = subprocess.run(
+        [sys.executable, "-m", "leadwire.cli", "bridge", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip() == "leadwire: config error: polling.timeout: must be between 0.001 and 60, got 0"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["bridge.toml"]
+    r = CliRunner().invoke(main, ["bridge", "--config", str(tmp_path / "nope.toml")])
+    assert r.exit_code == 2 and "--config: file" in r.output
+
+
+def test_example_config_is_valid_and_sharding_is_stable() -> None:
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "bridge.toml"
+    cfg = load(example)
+    assert cfg.devices and cfg.metrics.startswith("127.0.0.1:")
+    ids = ["dev-%d" % i for i in range(1000)]
+    shards = [shard_of(i, 4) for i in ids]
+    assert shards == [shard_of(i, 4) for i in ids] and set(shards) == {0, 1, 2, 3}
+    assert 200 < shards.count(0) < 300
