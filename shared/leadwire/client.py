@@ -2,28 +2,33 @@
 # overrun accounting. Sans-I/O: the caller sends what next_request() returns, feeds every answer to
 # on_frame() and reports a missing answer with on_timeout(). Host side (allocates freely).
 #
-# States
-#   HANDSHAKE  no HELLO yet: the next request is a HELLO request
-#   POLLING    the next request is POLL(n)
-#   CONFIRM    a RECOVERY came after the client knew the device's range: ask HELLO to tell an
-#              overrun (same boot epoch, n0 ahead of s(n): lost = (n0 - s(n)) mod 2^32 exactly)
-#              from a restart (new epoch: the old boot's undelivered tail is unknowable, lost =
-#              None) and from a delayed answer to an old poll (same epoch, range not ahead: stale)
-# The first RECOVERY of a boot (first contact, or the restart already seen in a HELLO) starts the
-# count: nothing before its n0 was known to the client.
+# Answers are matched to requests: every request carries a fresh tag (the header's message id)
+# and only the answer echoing it is acted on. Over UDP an answer can arrive twice or late, and a
+# late answer from before a device restart is otherwise indistinguishable from a current one.
+# Content checks (EVENTS must start at s(n), ...) remain as a second line.
+#
+# A RECOVERY carries the boot epoch of the ring that sent it, so it classifies itself at once:
+#   new epoch                       restart: the old boot's unpolled tail is unknowable (lost None)
+#   first RECOVERY of a boot        first contact: nothing before n0 was known to the client
+#   same epoch, n0 ahead of s(n)    overrun: lost = (n0 - s(n)) mod 2^32, exactly
+# Then the recovery phase: poll from n0 - 1 until n1 is consumed (spec 004).
+#
+# Chase guard: with a full ring and events still coming, the oldest event n0 is pushed out during
+# the round trip that asks for it, and polling from n0 - 1 can fail forever. When an overrun
+# RECOVERY follows another with no event received in between, the client starts a quarter of the
+# held range past n0 instead; the events it skips are counted in the loss, exactly (Loss.skipped).
 from leadwire import messages, wire
 from leadwire.u32 import add, distance, le, lt, pred, succ
 
 HANDSHAKE = "handshake"
 POLLING = "polling"
-CONFIRM = "confirm"
 
 # on_frame() result kinds
 EVENTS = "events"  # data: list of (offset, channel, payload)
 NOTHING = "nothing"  # spec 004 case 2
-RECOVER = "recover"  # data: the Loss record (None while waiting for the HELLO that classifies it)
+RECOVER = "recover"  # data: the Loss record
 HELLO = "hello"  # data: the Hello
-STALE = "stale"  # an answer to an earlier poll (duplicated or delayed datagram): ignored
+STALE = "stale"  # not an answer to the outstanding request: ignored
 OTHER = "other"  # not a polling frame (NOTIFY, ACK...): data is the frame
 
 OVERRUN = "overrun"
@@ -32,26 +37,29 @@ FIRST_CONTACT = "first_contact"
 
 
 class Loss:
-    """One recovery answer acted on, and the phase that followed."""
+    """One RECOVERY answer acted on, and the recovery phase that followed."""
 
-    __slots__ = ("cause", "client_n", "ended", "lost", "n0", "n1", "recovered")
+    __slots__ = ("cause", "client_n", "ended", "epoch", "lost", "n0", "n1", "recovered", "skipped")
 
-    def __init__(self, cause, client_n, n0, n1, lost):
+    def __init__(self, cause, client_n, n0, n1, epoch, lost, skipped=0):
         self.cause = cause
         self.client_n = client_n
         self.n0 = n0
         self.n1 = n1
-        self.lost = lost  # exact count, or None when unknowable
+        self.epoch = epoch
+        self.lost = lost  # exact count (skipped included), or None when unknowable
+        self.skipped = skipped  # held by the device but passed over by the chase guard
         self.recovered = 0  # events consumed during the recovery phase
         self.ended = False
 
     def __repr__(self):
-        return "Loss(%s n=%d n0=%d n1=%d lost=%s recovered=%d%s)" % (
+        return "Loss(%s n=%d n0=%d n1=%d lost=%s skipped=%d recovered=%d%s)" % (
             self.cause,
             self.client_n,
             self.n0,
             self.n1,
             self.lost,
+            self.skipped,
             self.recovered,
             " ended" if self.ended else "",
         )
@@ -60,17 +68,19 @@ class Loss:
 class PollClient:
     def __init__(self, n=0, epoch=None, fresh=True):
         self.n = n  # offset of the last event received (0 before any, spec 004)
-        self.epoch = epoch  # boot epoch of the device as last seen in a HELLO
-        self.fresh = fresh  # no event of the current boot received yet
+        self.epoch = epoch  # boot epoch of the device as last seen
+        self.fresh = fresh  # no event or range of the current boot known yet
         self.state = HANDSHAKE if epoch is None else POLLING
         self.hello = None
         self.loss = None  # the current (or last) Loss record
-        self._pending = None  # (n0, n1) of a RECOVERY awaiting its HELLO
-        self._restart_seen = False
+        self.tag = 0  # message id of the outstanding request
+        self._need_hello = False
+        self._restart_seen = False  # a HELLO showed a new boot before its first RECOVERY
+        self._chasing = False  # the last answer was an overrun RECOVERY
         self.backlog = 0  # events the device still held after the last batch
         self.consecutive_errors = 0
         self.received = 0
-        self.lost = 0  # exact lost events, summed
+        self.lost = 0  # exact lost events, summed (skipped included)
         self.unknown_losses = 0  # losses whose size cannot be known (restarts)
         self.recoveries = 0
         self.restarts = 0
@@ -83,9 +93,11 @@ class PollClient:
         return self.loss is not None and not self.loss.ended
 
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD):
-        if self.state == POLLING:
-            return messages.poll_frame(self.n, max_events, max_bytes)
-        return messages.hello_request()
+        """The request to send now (each call makes a new tag: a retry is a new request)."""
+        self.tag = (self.tag + 1) & 0xFF
+        if self.state == POLLING and not self._need_hello:
+            return messages.poll_frame(self.n, max_events, max_bytes, self.tag)
+        return messages.hello_request(self.tag)
 
     def on_timeout(self):
         """Transport error: the same request goes again (spec 004: poll with offset n)."""
@@ -101,6 +113,13 @@ class PollClient:
     def on_frame(self, frame):
         """Apply one received frame; returns (kind, data)."""
         t = frame.type
+        if t == wire.HELLO and frame.payload and frame.message_id != self.tag:
+            # unsolicited (a boot announcement) or late: a different epoch is only a hint to ask
+            if self.epoch is not None and messages.decode_hello(frame).boot_epoch != self.epoch:
+                self._need_hello = True
+            return self._stale()
+        if t in (wire.EVENTS, wire.NO_EVENT, wire.RECOVERY) and frame.message_id != self.tag:
+            return self._stale()
         if t == wire.EVENTS:
             return self._events(frame)
         if t == wire.NO_EVENT:
@@ -109,6 +128,7 @@ class PollClient:
             self.consecutive_errors = 0
             self.no_events += 1
             self.backlog = 0
+            self._chasing = False
             return (NOTHING, None)
         if t == wire.RECOVERY:
             return self._recovery(frame)
@@ -130,6 +150,7 @@ class PollClient:
         out = [(add(first, i), ch, data) for i, (ch, data) in enumerate(recs)]
         self.n = add(first, len(recs) - 1)
         self.fresh = False
+        self._chasing = False
         self.consecutive_errors = 0
         self.received += len(recs)
         self.backlog = backlog
@@ -144,29 +165,39 @@ class PollClient:
         if self.state != POLLING:
             return self._stale()
         n0, n1 = messages.decode_recovery(frame)
-        start = pred(n0)
-        if distance(self.n, start) <= distance(n1, start):
-            # the device holds n or s(n), so it cannot have answered our poll of n this way: a
-            # delayed or duplicated answer to an earlier poll
-            return self._stale()
+        epoch = messages.recovery_epoch(frame)
         self.consecutive_errors = 0
+        if epoch != self.epoch:
+            # a new boot: its range is the whole story we can know
+            if self.epoch is not None:
+                self.restarts += 1
+            self.epoch = epoch
+            return (RECOVER, self._begin(RESTART, n0, n1, None))
         if self.fresh:
             cause = RESTART if self._restart_seen else FIRST_CONTACT
-            self._restart_seen = False
             return (RECOVER, self._begin(cause, n0, n1, None))
-        self._pending = (n0, n1)
-        self.state = CONFIRM
-        return (RECOVER, None)
+        start = succ(self.n)
+        if not lt(start, n0):
+            return self._stale()  # same boot, range not ahead of s(n): cannot answer our poll
+        skip = 0
+        if self._chasing:
+            skip = distance(n1, n0) // 4
+        loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip, skip)
+        self._chasing = True
+        return (RECOVER, loss)
 
-    def _begin(self, cause, n0, n1, lost):
-        self.loss = Loss(cause, self.n, n0, n1, lost)
+    def _begin(self, cause, n0, n1, lost, skip=0):
+        if self.loss is not None:
+            self.loss.ended = True
+        self.loss = Loss(cause, self.n, n0, n1, self.epoch, lost, skip)
         self.recoveries += 1
         if lost is None:
             if cause == RESTART:
                 self.unknown_losses += 1
         else:
             self.lost += lost
-        self.n = pred(n0)
+        self._restart_seen = False
+        self.n = pred(add(n0, skip))
         self.fresh = False  # the device's range is known now: later losses are countable
         self.state = POLLING
         return self.loss
@@ -174,28 +205,17 @@ class PollClient:
     def _hello(self, hello):
         self.hello = hello
         self.consecutive_errors = 0
+        self._need_hello = False
         restarted = self.epoch is not None and hello.boot_epoch != self.epoch
         self.epoch = hello.boot_epoch
         if restarted:
-            self.restarts += 1
-        if self.state == CONFIRM:
-            n0, n1 = self._pending
-            self._pending = None
-            if restarted:
-                self._begin(RESTART, n0, n1, None)
-            elif lt(succ(self.n), n0):
-                self._begin(OVERRUN, n0, n1, distance(n0, succ(self.n)))
-            else:
-                # same boot, yet the range is not ahead of s(n): a delayed answer to an old poll
-                self.stale += 1
-                self.state = POLLING
-            return (HELLO, hello)
-        if restarted:
             # a new boot announced itself: nothing of it received yet; its first RECOVERY is the
             # restart's (spec 004: n = 0 for a server we have no event from)
+            self.restarts += 1
             self.n = 0
             self.fresh = True
             self._restart_seen = True
+            self._chasing = False
             if self.loss is not None:
                 self.loss.ended = True
         self.state = POLLING

@@ -4,7 +4,8 @@
 # and keeps the last `capacity` events. A poll with offset n is answered:
 #   case 1  event s(n) is held                     -> EVENT  (one, or a batch s(n), s(s(n)), ...)
 #   case 2  event n is held and s(n) is not        -> NO_EVENT
-#   case 3  otherwise                              -> RECOVERY(n0, n1), the oldest and newest held
+#   case 3  otherwise                              -> RECOVERY(n0, n1), the oldest and newest held,
+#                                                     with the boot epoch of this ring
 # An empty ring (just booted, nothing generated) answers NO_EVENT: it holds no n0..n1 to recover
 # to, and spec 004 notes a restart is only detectable once the server has generated an event.
 #
@@ -30,7 +31,7 @@ MAX_SLOT = const(2000)  # one event must fit in one frame: RECORD_HEAD + BATCH_H
 
 
 class EventRing:
-    def __init__(self, capacity, start=None, slot_size=64):
+    def __init__(self, capacity, start=None, slot_size=64, epoch=0):
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ValueError("capacity")
         if not 0 <= slot_size <= MAX_SLOT:
@@ -50,6 +51,9 @@ class EventRing:
         self.count = 0  # events held, <= capacity
         self.overwritten = 0  # events pushed out by newer ones (saturates below 2^30)
         self._d = 0  # distance newest - n from the last _classify (scratch, avoids a tuple)
+        # the boot epoch this ring belongs to, sent in RECOVERY answers so that a client can tell
+        # a restart from an overrun without another round trip (kept as 4 bytes: no big int)
+        self.epoch = bytes(((epoch >> 24) & 0xFF, (epoch >> 16) & 0xFF, (epoch >> 8) & 0xFF, epoch & 0xFF))
 
     # -- device hot path (allocation-free) --------------------------------------------------
 
@@ -94,35 +98,42 @@ class EventRing:
             return EVENT
         return RECOVERY
 
-    def answer_into(self, buf, hi, lo, max_events, max_bytes):
+    def answer_into(self, buf, hi, lo, max_events, max_bytes, tag=0):
         """Write the complete answer frame to a poll with n = (hi, lo) into buf; return its size.
+
+        tag is the poll's message id, echoed so the client can match answer to request.
 
         EVENTS carries up to max_events consecutive events from s(n) within max_bytes of payload
         (and the room in buf); at least one event always goes. Allocates nothing.
         """
         kind = self._classify(hi, lo)
         if kind == NO_EVENT:
-            wire.put_header(buf, wire.NO_EVENT, wire.F_LAST, 0, 0, 0, 0, 0, hi, lo)
+            wire.put_header(buf, wire.NO_EVENT, wire.F_LAST, 0, 0, tag, 0, 0, hi, lo)
             return wire.seal(buf, 0)
         if kind == RECOVERY:
-            return self._recovery_into(buf)
-        return self._events_into(buf, hi, lo, max_events, max_bytes)
+            return self._recovery_into(buf, tag)
+        return self._events_into(buf, hi, lo, max_events, max_bytes, tag)
 
-    def _recovery_into(self, buf):
+    def _recovery_into(self, buf, tag):
         back = self.count - 1
         olo = self._lo - back
         ohi = self._hi
         if olo < 0:
             olo += 0x10000
             ohi = (ohi - 1) & 0xFFFF
-        wire.put_header(buf, wire.RECOVERY, wire.F_LAST, 0, 0, 0, 0, 4, ohi, olo)
+        wire.put_header(buf, wire.RECOVERY, wire.F_LAST, 0, 0, tag, 0, 8, ohi, olo)
         buf[10] = self._hi >> 8
         buf[11] = self._hi & 0xFF
         buf[12] = self._lo >> 8
         buf[13] = self._lo & 0xFF
-        return wire.seal(buf, 4)
+        e = self.epoch
+        buf[14] = e[0]
+        buf[15] = e[1]
+        buf[16] = e[2]
+        buf[17] = e[3]
+        return wire.seal(buf, 8)
 
-    def _events_into(self, buf, hi, lo, max_events, max_bytes):
+    def _events_into(self, buf, hi, lo, max_events, max_bytes, tag):
         budget = len(buf) - wire.OVERHEAD
         if max_bytes < budget:
             budget = max_bytes
@@ -158,7 +169,7 @@ class EventRing:
         if lo == 0x10000:
             lo = 0
             hi = (hi + 1) & 0xFFFF
-        wire.put_header(buf, wire.EVENTS, wire.F_LAST, 0, 0, 0, 0, used, hi, lo)
+        wire.put_header(buf, wire.EVENTS, wire.F_LAST, 0, 0, tag, 0, used, hi, lo)
         buf[10] = taken
         buf[11] = (k + 1) >> 8
         buf[12] = (k + 1) & 0xFF

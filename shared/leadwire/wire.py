@@ -3,7 +3,9 @@
 #  byte 0     version (3 bits) << 5 | type (5 bits)
 #  byte 1     flags (4 bits) << 4 | priority (4 bits, 0..15, higher goes first; spec 002)
 #  byte 2     channel (0..255)
-#  byte 3     message id (0..255, wraps; spec 002 fragments of one message share it)
+#  byte 3     message id (0..255, wraps): NOTIFY/CLOSE: the message its fragments share (spec 002);
+#             requests: a tag the client picks, which the answer (HELLO, EVENTS, NO_EVENT, RECOVERY,
+#             ACK of SUBSCRIBE) echoes, so a delayed answer to an older request is told apart
 #  bytes 4-5  fragment index (5 bits, 0..31) << 11 | payload length (11 bits, 0..2047), big-endian
 #  bytes 6-9  seq (u32, big-endian): offset, MessageNumber, boot epoch... by type (messages.py)
 #  payload    length bytes
@@ -126,3 +128,8 @@ def seq_hi(buf):
 
 def seq_lo(buf):
     return (buf[8] << 8) | buf[9]
+
+
+def tag(buf):
+    """The message id byte: a request's tag, which its answer echoes."""
+    return buf[3]

@@ -16,7 +16,7 @@ class Device:
     """An EventRing answering frames as the firmware does (answer_into), plus HELLO."""
 
     def __init__(self, capacity: int = 8, start: int | None = None, epoch: int = 1) -> None:
-        self.ring = EventRing(capacity, start=start, slot_size=8)
+        self.ring = EventRing(capacity, start=start, slot_size=8, epoch=epoch)
         self.epoch = epoch
         self.buf = bytearray(wire.OVERHEAD + 2047)
         self.generated: list[int] = []
@@ -28,9 +28,9 @@ class Device:
     def answer(self, req: codec.Frame) -> codec.Frame:
         if req.type == wire.HELLO:
             hello = messages.Hello(self.epoch, self.ring.capacity, 8, 1024, 1, "d", "t", "x")
-            return messages.hello_frame(hello)
+            return messages.hello_frame(hello, req.message_id)
         n, me, mb = messages.decode_poll(req)
-        size = self.ring.answer_into(self.buf, n >> 16, n & 0xFFFF, me, mb)
+        size = self.ring.answer_into(self.buf, n >> 16, n & 0xFFFF, me, mb, req.message_id)
         return codec.decode(bytes(self.buf[:size]))
 
 
@@ -54,27 +54,23 @@ def test_handshake_then_first_contact_recovery_then_events() -> None:
     assert exchange(cl, dev) == (c.NOTHING, None)  # case 2
 
 
-def test_overrun_is_confirmed_by_hello_and_counted_exactly() -> None:
+def test_overrun_is_counted_exactly_in_one_round_trip() -> None:
     dev = Device(capacity=4, start=0xFFFFFFFE)  # across the 2^32 wrap
     dev.emit(2)
     cl = c.PollClient()
-    exchange(cl, dev)
-    exchange(cl, dev)
-    exchange(cl, dev)  # got 0xFFFFFFFE, 0xFFFFFFFF
+    for _ in range(3):
+        exchange(cl, dev)  # HELLO, first contact, EVENTS 0xFFFFFFFE, 0xFFFFFFFF
     assert cl.n == 0xFFFFFFFF
     dev.emit(11)  # offsets 0..10; the ring keeps 7..10: 0..6 are lost (7 events)
     kind, loss = exchange(cl, dev)
-    assert (kind, loss, cl.state) == (c.RECOVER, None, c.CONFIRM)
-    assert cl.next_request().type == wire.HELLO
-    kind, _ = exchange(cl, dev)
-    assert kind == c.HELLO and cl.loss.cause == c.OVERRUN and cl.loss.lost == 7
-    assert (cl.loss.n0, cl.loss.n1, cl.n) == (7, 10, 6)
-    kind, evs = exchange(cl, dev)
-    assert [o for o, _, _ in evs] == [7, 8, 9, 10] and cl.loss.ended
+    assert kind == c.RECOVER and loss.cause == c.OVERRUN and loss.lost == 7 and loss.skipped == 0
+    assert (loss.n0, loss.n1, cl.n) == (7, 10, 6)
+    _, evs = exchange(cl, dev)
+    assert [o for o, _, _ in evs] == [7, 8, 9, 10] and loss.ended and loss.recovered == 4
     assert cl.received + cl.lost == len(dev.generated)
 
 
-def test_restart_detected_by_recovery_then_hello() -> None:
+def test_restart_detected_by_the_recovery_epoch() -> None:
     dev = Device(capacity=8, start=50, epoch=11)
     dev.emit(3)
     cl = c.PollClient()
@@ -83,26 +79,50 @@ def test_restart_detected_by_recovery_then_hello() -> None:
     assert cl.n == 52
     dev = Device(capacity=8, start=9000, epoch=12)  # power cut and reboot
     dev.emit(2)
-    assert exchange(cl, dev) == (c.RECOVER, None)
-    exchange(cl, dev)
-    assert cl.loss.cause == c.RESTART and cl.loss.lost is None and cl.restarts == 1
-    assert cl.unknown_losses == 1 and cl.lost == 0
+    kind, loss = exchange(cl, dev)
+    assert kind == c.RECOVER and loss.cause == c.RESTART and loss.lost is None and loss.epoch == 12
+    assert cl.restarts == 1 and cl.unknown_losses == 1 and cl.lost == 0 and cl.epoch == 12
     _, evs = exchange(cl, dev)
     assert [o for o, _, _ in evs] == [9000, 9001]
 
 
-def test_unsolicited_hello_of_a_new_boot_resets_the_offset() -> None:
-    dev = Device(capacity=8, start=5, epoch=1)
+def test_chase_guard_ends_the_tail_chase_with_an_exact_count() -> None:
+    """A full ring with events arriving every round trip: n0 is always gone when asked for."""
+    dev = Device(capacity=16, start=100)
     dev.emit(1)
     cl = c.PollClient()
     for _ in range(3):
-        exchange(cl, dev)
-    dev = Device(capacity=8, start=777, epoch=2)
-    dev.emit(1)
-    kind, _ = cl.on_frame(dev.answer(messages.hello_request()))
-    assert kind == c.HELLO and cl.n == 0 and cl.fresh and cl.restarts == 1
-    kind, loss = exchange(cl, dev)
-    assert kind == c.RECOVER and loss.cause == c.RESTART and loss.n0 == 777
+        exchange(cl, dev)  # HELLO, first contact, EVENTS [100]
+    dev.emit(40)  # 101..140, the ring keeps 125..140; then 2 new events per round trip
+    kinds = []
+    for _ in range(4):
+        kind, data = exchange(cl, dev)
+        kinds.append((kind, data.skipped if kind == c.RECOVER else len(data)))
+        dev.emit(2)
+    # 1st RECOVERY (125..140): spec behaviour, poll from 124; meanwhile 125, 126 are pushed out,
+    # so a 2nd RECOVERY (127..142) follows with no event in between: skip a quarter of the held
+    # range (15 // 4 = 3) and poll from 129; 2 more arrive: the batch is 130..144
+    assert kinds[:3] == [(c.RECOVER, 0), (c.RECOVER, 3), (c.EVENTS, 15)]
+    assert cl.lost == 24 + 2 + 3
+    while exchange(cl, dev)[0] != c.NOTHING:
+        pass
+    assert cl.received + cl.lost == len(dev.generated)
+
+
+def test_late_answers_from_before_a_restart_are_refused() -> None:
+    old = Device(capacity=4, start=10, epoch=1)
+    old.emit(2)
+    cl = c.PollClient()
+    for _ in range(3):
+        exchange(cl, old)
+    old.emit(9)
+    late = old.answer(cl.next_request())  # an old-boot RECOVERY that will arrive late
+    new = Device(capacity=4, start=3_000_000_000, epoch=2)
+    new.emit(3)
+    kind, loss = exchange(cl, new)
+    assert kind == c.RECOVER and loss.cause == c.RESTART
+    assert cl.on_frame(late) == (c.STALE, None)  # its tag is not the outstanding request's
+    assert cl.epoch == 2 and cl.restarts == 1 and cl.lost == 0
 
 
 def test_stale_answers_are_ignored() -> None:

@@ -176,14 +176,14 @@ def test_poll_client_overrun_accounting():
     from leadwire import client, codec, messages
     from leadwire.ring import EventRing
 
-    ring = EventRing(4, 0xFFFFFFFE, 4)
+    ring = EventRing(4, 0xFFFFFFFE, 4, 7)
     buf = bytearray(128)
 
     def answer(req):
         if req.type == wire.HELLO:
-            return messages.hello_frame(messages.Hello(7, 4, 4, 128, 1, "d", "t", "unix"))
+            return messages.hello_frame(messages.Hello(7, 4, 4, 128, 1, "d", "t", "unix"), req.message_id)
         n = req.seq
-        size = ring.answer_into(buf, n >> 16, n & 0xFFFF, 8, 100)
+        size = ring.answer_into(buf, n >> 16, n & 0xFFFF, 8, 100, req.message_id)
         return codec.decode(bytes(buf[:size]))
 
     cl = client.PollClient()
@@ -194,7 +194,7 @@ def test_poll_client_overrun_accounting():
     eq((cl.n, cl.received), (0xFFFFFFFF, 2), "first contact")
     for _ in range(11):
         ring.write(b"cd", 2)
-    for _ in range(3):  # RECOVERY, HELLO (same epoch: overrun), EVENTS
+    for _ in range(2):  # RECOVERY (same epoch: overrun), EVENTS
         cl.on_frame(answer(cl.next_request()))
     eq((cl.loss.cause, cl.lost, cl.received, cl.n), ("overrun", 7, 6, 10), "overrun counted exactly")
 
