@@ -354,6 +354,7 @@ class SimFleet:
         ack_timeout: float = 0.5,
         payload_size: int = 16,
         serial: int = 0,
+        first_index: int = 0,
     ) -> None:
         self.count = count
         self.rate = rate  # events per second per device
@@ -361,7 +362,9 @@ class SimFleet:
         self.tick = tick
         self.ack_timeout = ack_timeout
         self.cores = [
-            SimCore(i, capacity=capacity, seed=seed, channels=channels, payload_size=payload_size)
+            SimCore(
+                first_index + i, capacity=capacity, seed=seed, channels=channels, payload_size=payload_size
+            )
             for i in range(count)
         ]
         self.serial_count = serial  # the last `serial` devices are on pseudo-terminals
@@ -440,7 +443,7 @@ async def _main(args: argparse.Namespace) -> None:
     raise_nofile()
     fleet = await SimFleet(
         args.devices, rate=args.rate, capacity=args.capacity, seed=args.seed, limit=args.limit,
-        tick=args.tick, serial=args.serial, payload_size=args.payload,
+        tick=args.tick, serial=args.serial, payload_size=args.payload, first_index=args.first_index,
     ).start()  # fmt: skip
     print(json.dumps({"pid": os.getpid(), "devices": fleet.describe()}), flush=True)
     stop = asyncio.Event()
@@ -466,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=None, help="events per device, then stop generating")
     p.add_argument("--tick", type=float, default=0.01)
     p.add_argument("--duration", type=float, default=0.0)
+    p.add_argument("--first-index", type=int, default=0, help="index of the first device (its id sim-INDEX)")
     args = p.parse_args(argv)
     asyncio.run(_main(args))
     return 0

@@ -218,7 +218,8 @@ class DeviceRunner:
         while True:
             if b.pending_rows >= 4 * b.cfg.commit_rows:
                 await b.wait_flushed()  # backpressure: the store is behind
-            f = c.request(loop.time())
+            sent = loop.time()
+            f = c.request(sent)
             fut: asyncio.Future[bool] = loop.create_future()
             self.waiter = fut
             self.link.send(codec.encode(f))
@@ -228,9 +229,12 @@ class DeviceRunner:
             self.waiter = None
             if not ok:
                 c.on_transport_error()
-            delay = c.next_delay
+            # the delay counts from when the request went out: a fixed 100 ms interval is 10 Hz
+            delay = c.next_delay - (loop.time() - sent)
             if delay > 0:
                 await asyncio.sleep(delay)
+            else:
+                await asyncio.sleep(0)  # let the other devices run between back-to-back polls
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:
