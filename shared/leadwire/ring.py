@@ -200,13 +200,10 @@ class EventRing:
 
     def poll(self, n):
         """(EVENT, offset, payload) | (NO_EVENT, n) | (RECOVERY, n0, n1) for a poll with offset n."""
-        n &= 0xFFFFFFFF
-        kind = self._classify(n >> 16, n & 0xFFFF)
-        if kind == NO_EVENT:
-            return (NO_EVENT, n)
-        if kind == RECOVERY:
-            return (RECOVERY, self.oldest, self.newest)
-        return (EVENT, (n + 1) & 0xFFFFFFFF, self._event_at(self._d - 1)[1])
+        answer = self.poll_batch(n, 1)
+        if answer[0] != EVENT:
+            return answer
+        return (EVENT, answer[1], answer[2][0][1])
 
     def poll_batch(self, n, max_events=MAX_BATCH, max_bytes=wire.MAX_PAYLOAD):
         """Like poll, but case 1 answers (EVENT, first_offset, [(channel, payload), ...])."""
