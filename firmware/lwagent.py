@@ -23,6 +23,7 @@ from micropython import const
 
 from leadwire import device as dv
 from leadwire import wire
+from leadwire.bufcopy import copy_into
 from leadwire.framing import StreamDecoder, encode_into
 
 _RX = const(128)  # largest frame accepted (a SUBSCRIBE of up to 115 channels)
@@ -54,7 +55,7 @@ _ALAST = const(10)  # ticks_ms of the last bad-frame alarm
 # a link
 _IO = const(0)  # socket or stream
 _UDP = const(1)
-_TX = const(2)  # frame buffer
+_TX = const(2)  # frame buffer (a memoryview when links share one)
 _MV = const(3)  # memoryview of _TX
 _Q = const(4)  # FrameQueue (made on the first SUBSCRIBE)
 _GAP = const(5)  # ms between queued frames (models the link's bandwidth)
@@ -86,8 +87,10 @@ _SNUM = const(4)
 _SBUF = const(5)
 
 
-def link(io, udp, frame, gap):
-    tx = bytearray(frame)
+def link(io, udp, tx, gap):
+    # tx: the frame buffer (its length is the link's frame size); links may share one buffer, as
+    # every frame is built and sent without an await in between
+    frame = len(tx)
     L = [io, udp, tx, memoryview(tx), None, gap, 0, {}, {}, [], None, b""]
     if udp:
         L += [None, None, None]
@@ -159,18 +162,20 @@ class Agent:
         t = b[0] & 0x1F
         tx = L[_TX]
         if t == wire.POLL and n == 16:
-            m = self.ring.answer_into(tx, wire.seq_hi(b), wire.seq_lo(b), dv.u16(b, 0), dv.u16(b, 1))
+            m = self.ring.answer_into(tx, wire.seq_hi(b), wire.seq_lo(b), dv.u16(b, 0), dv.u16(b, 1), b[3])
             self.h[_DROP] += _send(L, tx, m, a)
         elif t == wire.HELLO and n == wire.OVERHEAD:
-            self.h[_DROP] += _send(L, L[_HELLO], len(L[_HELLO]), a)
+            m = len(L[_HELLO])
+            copy_into(tx, 0, L[_HELLO], 0, m)
+            self.h[_DROP] += _send(L, tx, dv.retag(tx, m, b[3]), a)
         elif t == wire.ACK and n == 14:
             self._ack(L, b[2], (wire.seq_hi(b) << 16) | wire.seq_lo(b), dv.u16(b, 0))
         elif t == wire.SUBSCRIBE and dv.subscribe_channels(b, n) is not None:
-            self._sub(L, dv.subscribe_channels(b, n), a)
+            self._sub(L, dv.subscribe_channels(b, n), a, b[3])
         else:
             self._bad()
 
-    def _sub(self, L, chs, a):
+    def _sub(self, L, chs, a, tag):
         # a new session (spec 003) for each listed channel this board has; an empty list ends
         # them all and closes the queue with the configured priority (spec 002)
         from leadwire.reports import ReportSequence
@@ -194,7 +199,7 @@ class Agent:
                     s[_EVERY] = 0
                 L[_SUBS][ch] = s
         tx = L[_TX]
-        self.h[_DROP] += _send(L, tx, dv.ack_into(tx, 0, 0, 0, 200), a)
+        self.h[_DROP] += _send(L, tx, dv.ack_into(tx, 0, tag, 0, 0, 200), a)
         if not chs and not L[_Q].closing:
             L[_Q].close(k[_CPRIO])
 
@@ -251,7 +256,7 @@ class Agent:
                 q.reopen()
                 L[_OWN] = {}
             elif s:
-                s[_SENT].append(bytes(tx[:m]))
+                s[_SENT].append(bytes(L[_MV][:m]))
                 if f.last:
                     s[_DEAD] = time.ticks_add(now, self.k[_RTO])
                     del L[_OWN][f.message_id]
@@ -322,6 +327,7 @@ class Agent:
                 sec = time.ticks_add(sec, 1000)
             if k[_HMS] and time.ticks_diff(ms, hdue) >= 0:
                 hdue = time.ticks_add(ms, k[_HMS])
+                gc.collect()  # heap free = what is live; the low-water includes garbage
                 h[_FREE] = gc.mem_free()
                 h[_OVER] = self.ring.overwritten
                 self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h))

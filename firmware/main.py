@@ -33,6 +33,7 @@ def start():
     ag.tasks = [asyncio.create_task(t) for t in tasks]  # kept: the scheduler holds weak references
     board.led(1)
     gc.collect()
+    gc.threshold(4096)  # collect after 4 KB of garbage: bounds the low-water's dip
     print("leadwire: ready, heap used %d free %d" % (gc.mem_alloc(), gc.mem_free()))
     return ag.io()
 

@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import tty
@@ -52,13 +53,23 @@ class BoardError(RuntimeError):
 
 
 class _Relay:
-    """Two ptys joined back to back: the board's end (raw) and the host's end (`port`)."""
+    """Two ptys joined back to back: the board's end (raw) and the host's end (`port`).
 
-    def __init__(self) -> None:
+    The board's end also has VMIN = 0: MicroPython's readinto() on a blocking stream loops until the
+    buffer is full; with VMIN = 0 a read returns what is there, as a UART with timeout=0 does.
+    (Not for the REPL, which reads its stdin byte by byte and takes a 0-byte read as end of input.)
+    """
+
+    def __init__(self, nonblocking_board: bool = True) -> None:
         self.m_board, self.s_board = pty.openpty()
         self.m_host, self.s_host = pty.openpty()
         for fd in (self.s_board, self.s_host):
             tty.setraw(fd)
+        if nonblocking_board:
+            attrs = termios.tcgetattr(self.s_board)
+            attrs[6][termios.VMIN] = 0
+            attrs[6][termios.VTIME] = 0
+            termios.tcsetattr(self.s_board, termios.TCSANOW, attrs)
         for fd in (self.m_board, self.m_host):
             os.set_blocking(fd, False)
         self.board_path = os.ttyname(self.s_board)
@@ -284,7 +295,7 @@ def start_board(
     cfg = _load_config(config)
     if build_firmware and transport != "repl":
         build("unix", d)
-    relay = _Relay() if transport in ("serial", "both", "repl") else None
+    relay = _Relay(transport != "repl") if transport in ("serial", "both", "repl") else None
     tries = 5 if transport in ("udp", "both") and udp_port is None else 1
     for attempt in range(tries):
         port = None

@@ -7,6 +7,7 @@
 #            version, board kind (u8 length + UTF-8 each)             hello_into (boot; allocates)
 #  POLL      max_events u16, max_bytes u16                            u16(buf, 0), u16(buf, 1)
 #  ACK       status u16                                               u16(buf, 0), ack_into
+#  answers   echo the request's tag (message id byte; ring.answer_into does it for polls) retag
 #  SUBSCRIBE count u8, channel ids                                    subscribe_channels (allocates)
 #  NOTIFY    a FrameQueue fragment of a report body                   fragment_into
 #  report    count u8, backlog u16 (0), records: channel u8, length u16, data (the EVENTS batch
@@ -55,6 +56,13 @@ def hello_into(buf, epoch, capacity, slot_size, frame_size, boots, payload):
     return seal(buf, n - 10)
 
 
+def retag(buf, n, message_id):
+    """Set the tag (message id) of the frame in buf[:n] and seal it again: a prepared answer
+    (the HELLO) echoing a request's tag. Returns n."""
+    buf[3] = message_id
+    return seal(buf, n - wire.OVERHEAD)
+
+
 def subscribe_channels(buf, n):
     """Channel ids of the SUBSCRIBE frame in buf[:n] (bytes), or None if malformed. Allocates."""
     if n < 13 or buf[10] != n - 13:
@@ -62,8 +70,9 @@ def subscribe_channels(buf, n):
     return bytes(buf[11 : n - 2])
 
 
-def ack_into(buf, channel, hi, lo, status):
-    put_header(buf, wire.ACK, wire.F_LAST, 0, channel, 0, 0, 2, hi, lo)
+def ack_into(buf, channel, message_id, hi, lo, status):
+    """ACK(seq = hi, lo; status); message_id echoes the request's tag (ACK of SUBSCRIBE)."""
+    put_header(buf, wire.ACK, wire.F_LAST, 0, channel, message_id, 0, 2, hi, lo)
     buf[10] = status >> 8
     buf[11] = status & 0xFF
     return seal(buf, 2)
