@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bridge": ("leadwire.bridge.cli:bridge", "Run the bridge daemon: poll devices into the durable store."),
     "status": ("leadwire.bridge.cli:status", "Show devices and counters from the store."),
     "export": ("leadwire.bridge.cli:export", "Export the store as Parquet for the fleet job."),
+    "netem": ("leadwire.tools.netem:netem", "Impair the bridge-board link (loss, dup, reorder, corruption)."),
 }
 
 
