@@ -316,9 +316,10 @@ class Bridge:
         udp = [d for d in devices if d.transport == "udp"]
         if udp:
             host, port = parse_address(cfg.bind, "bridge.bind")
-            self._proto = _UdpProtocol(self)
-            tr, _ = await loop.create_datagram_endpoint(lambda: self._proto, local_addr=(host, port))  # type: ignore[arg-type, return-value]
-            self._udp = tr  # type: ignore[assignment]
+            proto = _UdpProtocol(self)
+            self._proto = proto
+            tr, _ = await loop.create_datagram_endpoint(lambda: proto, local_addr=(host, port))
+            self._udp = tr
             try:
                 sock = tr.get_extra_info("socket")
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
@@ -464,6 +465,6 @@ def _resolve(host: str, port: int) -> tuple[str, int]:
     """The (ip, port) datagrams from this device come from (IPv4; what the socket reports)."""
     try:
         info = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)
-        return info[0][4][0], port
+        return str(info[0][4][0]), port
     except OSError:
         return host, port
