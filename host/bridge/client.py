@@ -171,8 +171,8 @@ class DeviceClient:
             self.recovery = r
         # Every run starts with a HELLO: it names the boot (a device restarted while the bridge was
         # down shows a new epoch) and refreshes firmware/board. PollClient asks for one only
-        # before the first epoch is known; `_need_hello` is its flag for "ask again".
-        self.pc._need_hello = True
+        # before the first epoch is known.
+        self.pc.ask_hello()
         self.boots = st.boots
         self.arrival = st.arrival
         self.loss_seq = st.loss_seq
@@ -233,7 +233,7 @@ class DeviceClient:
     def request(self, now_s: float) -> codec.Frame:
         """The next frame to send (HELLO, SUBSCRIBE or POLL(n)); it becomes the outstanding request."""
         pc = self.pc
-        if self.need_subscribe and pc.state == core.POLLING and not pc._need_hello:
+        if self.need_subscribe and pc.state == core.POLLING and not pc.hello_due:
             self.outstanding = REQ_SUBSCRIBE
             self.sub_tag = (self.sub_tag + 1) & 0xFF
             self.session += 1  # the device starts a session (numbers from 1) on every SUBSCRIBE
@@ -241,7 +241,7 @@ class DeviceClient:
             self.dirty = True
             return messages.subscribe_frame(self.cfg.subscribe, self.sub_tag)
         if now_s - self._last_hello_s >= self.poll_cfg.hello_interval:
-            pc._need_hello = True  # periodic: catches a restart of a device whose ring is empty
+            pc.ask_hello()  # periodic: catches a restart of a device whose ring is empty
         f = pc.next_request(self.poll_cfg.batch, self.poll_cfg.max_bytes)
         if f.type == wire.POLL:
             self.outstanding = REQ_POLL
@@ -263,7 +263,7 @@ class DeviceClient:
         pc = self.pc
         pc.on_timeout()
         if pc.consecutive_errors >= 3 and pc.state == core.POLLING:
-            pc._need_hello = True  # silent for a while: the device may have restarted
+            pc.ask_hello()  # silent for a while: the device may have restarted
         self.next_delay = pc.backoff(p.timeout * 0.5, p.backoff_max)
         return self.next_delay
 
@@ -454,7 +454,7 @@ class DeviceClient:
         self.need_subscribe = bool(self.cfg.subscribe)
         if by == "recovery":
             self._boot_by_recovery = self.pc.epoch
-            self.pc._need_hello = True  # the new boot's HELLO fills its boots row
+            self.pc.ask_hello()  # the new boot's HELLO fills its boots row
         self.log.append(("restart", {"previous": old_epoch, "boot_epoch": self.pc.epoch, "detected_by": by}))
 
     def _on_hello(self, h: messages.Hello, old_epoch: int | None, now_s: float, rx_us: int) -> None:

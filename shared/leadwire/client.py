@@ -74,7 +74,7 @@ class PollClient:
         self.hello = None
         self.loss = None  # the current (or last) Loss record
         self.tag = 0  # message id of the outstanding request
-        self._need_hello = False
+        self.hello_due = False  # the next request is a HELLO (see ask_hello)
         self._restart_seen = False  # a HELLO showed a new boot before its first RECOVERY
         self._chasing = False  # the last answer was an overrun RECOVERY
         self.backlog = 0  # events the device still held after the last batch
@@ -95,9 +95,14 @@ class PollClient:
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD):
         """The request to send now (each call makes a new tag: a retry is a new request)."""
         self.tag = (self.tag + 1) & 0xFF
-        if self.state == POLLING and not self._need_hello:
+        if self.state == POLLING and not self.hello_due:
             return messages.poll_frame(self.n, max_events, max_bytes, self.tag)
         return messages.hello_request(self.tag)
+
+    def ask_hello(self):
+        """Make the next request a HELLO: at start-up, periodically (a device that restarted and has
+        generated nothing yet shows it only there), or after a long silence."""
+        self.hello_due = True
 
     def on_timeout(self):
         """Transport error: the same request goes again (spec 004: poll with offset n)."""
@@ -116,7 +121,7 @@ class PollClient:
         if t == wire.HELLO and frame.payload and frame.message_id != self.tag:
             # unsolicited (a boot announcement) or late: a different epoch is only a hint to ask
             if self.epoch is not None and messages.decode_hello(frame).boot_epoch != self.epoch:
-                self._need_hello = True
+                self.hello_due = True
             return self._stale()
         if t in (wire.EVENTS, wire.NO_EVENT, wire.RECOVERY) and frame.message_id != self.tag:
             return self._stale()
@@ -205,7 +210,7 @@ class PollClient:
     def _hello(self, hello):
         self.hello = hello
         self.consecutive_errors = 0
-        self._need_hello = False
+        self.hello_due = False
         restarted = self.epoch is not None and hello.boot_epoch != self.epoch
         self.epoch = hello.boot_epoch
         if restarted:
