@@ -12,8 +12,8 @@
 #            (readinto + COBS scan) and send (COBS encode + write(buf, n)), the loops when idle.
 #   UDP      recvfrom() allocates the datagram and the peer address (~160 B on 64-bit) and the
 #            sendto() slice a memoryview (~32 B): per datagram, not per event.
-#   control  SUBSCRIBE, report build / post / ACK, NOTIFY fragments (Frame objects, the recorded
-#            bytes of each sent fragment for the identical resend), health, exceptions.
+#   control  SUBSCRIBE, report build / post / ACK, NOTIFY fragments (Frame objects, kept after
+#            sending for the identical resend), health (gc.collect), exceptions.
 import asyncio
 import gc
 import select
@@ -24,7 +24,7 @@ from micropython import const
 from leadwire import device as dv
 from leadwire import wire
 from leadwire.bufcopy import copy_into
-from leadwire.framing import StreamDecoder, encode_into
+from leadwire.framing import encode_into
 
 _RX = const(128)  # largest frame accepted (a SUBSCRIBE of up to 115 channels)
 # settings (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
@@ -53,6 +53,8 @@ _OVERFLOW = const(8)  # events that found a report body full (they are still in 
 _ALARMS = const(9)
 _ALAST = const(10)  # ticks_ms of the last bad-frame alarm
 # a link
+# a link (lwboot builds it: [io, udp, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer, hello,
+# serial read chunk, COBS buffer, StreamDecoder])
 _IO = const(0)  # socket or stream
 _UDP = const(1)
 _TX = const(2)  # frame buffer (a memoryview when links share one)
@@ -73,7 +75,7 @@ _RS = const(0)  # ReportSequence
 _BODY = const(1)  # report body being accumulated (count, backlog 0, records)
 _END = const(2)
 _K = const(3)  # records in the report awaiting its ACK (0: none)
-_SENT = const(4)  # its fragments as sent: the identical resend
+_SENT = const(4)  # its fragments (frames.Frame) as sent: the identical resend
 _DEAD = const(5)  # ticks_ms deadline of its ACK; None while fragments are queued
 _DUE = const(6)  # ticks_ms when the next report may be built
 _CH = const(7)
@@ -85,18 +87,6 @@ _SSIZE = const(2)
 _SDUE = const(3)
 _SNUM = const(4)
 _SBUF = const(5)
-
-
-def link(io, udp, tx, gap):
-    # tx: the frame buffer (its length is the link's frame size); links may share one buffer, as
-    # every frame is built and sent without an await in between
-    frame = len(tx)
-    L = [io, udp, tx, memoryview(tx), None, gap, 0, {}, {}, [], None, b""]
-    if udp:
-        L += [None, None, None]
-    else:
-        L += [bytearray(64), bytearray(frame + frame // 254 + 2), StreamDecoder(_RX)]
-    return L
 
 
 def _send(L, b, n, a):
@@ -142,6 +132,8 @@ class Agent:
                     self.h[_OVERFLOW] += 1
                 else:
                     s[_END] = e
+                    if not s[_EVERY] and not s[_K] and not L[_Q].closing:
+                        self._post(L, s, s[_BODY][0])  # alarms go at once (allocates: rare)
 
     def alarm(self, status, data):
         self.h[_ALARMS] += 1
@@ -233,7 +225,8 @@ class Agent:
                 d = s[_DEAD]
                 if d is not None and time.ticks_diff(now, d) >= 0:
                     s[_RS].timeout()  # no answer (R0802): the identical bytes, same number
-                    L[_RAW] += s[_SENT]
+                    for f in s[_SENT]:
+                        L[_RAW].append((s, f))
                     s[_DEAD] = time.ticks_add(now, self.k[_RTO] + L[_GAP] * len(s[_SENT]))
             elif s[_BODY][0] and not L[_Q].closing and time.ticks_diff(now, s[_DUE]) >= 0:
                 self._post(L, s, s[_BODY][0])
@@ -243,25 +236,24 @@ class Agent:
         f = q.peek()
         h = self.h
         if L[_RAW] and (f is None or f.priority <= self.k[_RPRIO]):
-            r = L[_RAW].pop(0)
-            h[_DROP] += _send(L, r, len(r), L[_PEER])
+            s, f = L[_RAW].pop(0)  # a resend: the same fragment, number and channel again
         elif f is not None:
             q.pop()
             s = L[_OWN].get(f.message_id)
-            n = s[_RS].number if s else 0
-            tx = L[_TX]
-            m = dv.fragment_into(tx, s[_CH] if s else 0, n >> 16, n & 0xFFFF, f)
-            h[_DROP] += _send(L, tx, m, L[_PEER])
-            if f.is_close:
-                q.reopen()
-                L[_OWN] = {}
-            elif s:
-                s[_SENT].append(bytes(L[_MV][:m]))
-                if f.last:
-                    s[_DEAD] = time.ticks_add(now, self.k[_RTO])
-                    del L[_OWN][f.message_id]
         else:
             return
+        n = s[_RS].number if s else 0
+        tx = L[_TX]
+        m = dv.fragment_into(tx, s[_CH] if s else 0, n >> 16, n & 0xFFFF, f)
+        h[_DROP] += _send(L, tx, m, L[_PEER])
+        if f.is_close:
+            q.reopen()
+            L[_OWN] = {}
+        elif s and L[_OWN].get(f.message_id) is s:
+            s[_SENT].append(f)  # kept for an identical resend (R0802)
+            if f.last:
+                s[_DEAD] = time.ticks_add(now, self.k[_RTO])
+                del L[_OWN][f.message_id]
         L[_NEXT] = time.ticks_add(now, L[_GAP])
 
     async def io(self):

@@ -68,9 +68,8 @@ def build(board):
 
     epoch = random_u32()
     ring = EventRing(k[0], None, k[1], epoch)  # first: the largest block, before the heap fragments
-    from lwagent import link
-
     from leadwire.device import hello_into
+    from leadwire.framing import StreamDecoder
 
     name = d.get(kid)
     if not isinstance(name, str):
@@ -148,9 +147,13 @@ def build(board):
     # one frame buffer for all links (frames are built and sent without an await in between)
     shared = bytearray(max([o[2] for o in opened] + [0]))
     for io, peer, frame, gap in opened:
-        L = link(io, peer is not False, memoryview(shared)[:frame], gap)
-        if peer:
-            L[10] = peer  # where the HELLO after boot (and reports) go
+        # a link, as lwagent indexes it: io, udp, tx, memoryview(tx), frame queue (made on the first
+        # SUBSCRIBE), gap, next send, sessions, message owners, resend list, peer (UDP: where the
+        # HELLO after boot and reports go), HELLO; serial: read chunk, COBS buffer, decoder
+        tx = memoryview(shared)[:frame]
+        L = [io, peer is not False, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer or None, b""]
+        if peer is False:
+            L += [bytearray(64), bytearray(frame + frame // 254 + 2), StreamDecoder(128)]
         links.append(L)
     if not links:
         print("boot: no link could be opened")

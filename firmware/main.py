@@ -15,6 +15,7 @@ else:
 
 
 def start():
+    del globals()["start"]  # run once: its code is freed when it returns
     import lwboot
 
     try:

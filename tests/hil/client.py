@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import termios
 import time
 import tty
 from collections.abc import Iterable
@@ -55,7 +56,7 @@ class SerialLink(Link):
     def __init__(self, port: str) -> None:
         self.fd = os.open(port, os.O_RDWR | os.O_NOCTTY)
         if os.isatty(self.fd):
-            tty.setraw(self.fd)
+            tty.setraw(self.fd, termios.TCSANOW)  # not TCSAFLUSH: keep what the board already sent
         self.dec = framing.StreamDecoder()
         self.ready: list[bytes | wire.WireError] = []
 

@@ -379,36 +379,48 @@ def test_bad_frames_counted_and_agent_alive(open_dut: Open, transport: str) -> N
     assert health["dropped"] == 0
 
 
-@pytest.mark.timeout(90)
-def test_heap_within_budget_under_load(open_dut: Open, transport: str) -> None:
-    """A minute's worth of events at the default rates (12 ev/s) many times over: ~6,000 events
-    in 10 s, polled in batches, with a push session on; the heap stays within budget."""
-    sensors = [{"ch": 1, "hz": 400, "size": 16}, {"ch": 2, "hz": 200, "size": 12}]
-    d = open_dut(transport, sensors=sensors, health={"ms": 500})
-    c = d.client
-    subscribe(c, [2])
-    n0, _ = first_range(c)
-    n = add(n0, -1)
+def _load(c: Client, n: int, seconds: float, health: list[dict[str, int]]) -> tuple[int, int]:
+    """Poll in batches (and ACK any report) for `seconds`; returns (n, events received)."""
     received = 0
-    lows: list[dict[str, int]] = []
-    end = time.monotonic() + 10
+    end = time.monotonic() + seconds
     while time.monotonic() < end:
         f = c.poll(n, 255)
         if f.type == wire.EVENTS:
             _, recs = messages.decode_records(f.payload)
             n = add(f.seq, len(recs) - 1)
             received += len(recs)
-            lows += [messages.decode_health(data) for ch, data in recs if ch == 8]
+            health += [messages.decode_health(data) for ch, data in recs if ch == 8]
         elif f.type == wire.RECOVERY:
-            n = add(messages.decode_recovery(f)[0], -1)
+            n = add(messages.decode_recovery(f)[0], 3)
         for g in c.drain(0):
             if g.type == wire.NOTIFY and g.last:
                 c.send(messages.ack_frame(g.seq, 200, channel=g.channel))
-    assert received > 4000
-    assert lows, "no health records"
+    return n, received
+
+
+@pytest.mark.timeout(90)
+def test_heap_within_budget_under_load(open_dut: Open, transport: str) -> None:
+    """A minute of events at the default rates (12 ev/s) 50 times over: 600 ev/s for 2 x 6 s, polled
+    in batches; first polling only, then with push sessions on two channels (1 KB report bodies)."""
+    sensors = [{"ch": 1, "hz": 400, "size": 16}, {"ch": 2, "hz": 200, "size": 12}]
+    d = open_dut(transport, sensors=sensors, health={"ms": 500})
+    c = d.client
+    n0, _ = first_range(c)
+    polled: list[dict[str, int]] = []
+    n, got1 = _load(c, add(n0, -1), 6, polled)
+    subscribe(c, [1, 2])
+    pushed: list[dict[str, int]] = []
+    n, got2 = _load(c, n, 6, pushed)
+    assert got1 + got2 > 6000
+    assert len(polled) >= 8 and len(pushed) >= 8
     heap = 64 * 1024
-    last = lows[-1]
-    assert last["dropped"] == 0 and last["bad_frames"] == 0
-    # live heap after a collection: <= 60% used with a push session on (frames and reports loaded)
-    assert min(h["heap_free"] for h in lows) >= 0.30 * heap, lows
-    assert min(h["heap_min"] for h in lows) >= 0.15 * heap, lows
+    for h in polled + pushed:
+        assert h["dropped"] == 0 and h["bad_frames"] == 0
+    # heap_free is measured after a collection (what is live); heap_min is the lowest free seen
+    # between collections (garbage included: UDP receives allocate)
+    assert min(h["heap_free"] for h in polled[1:]) >= 0.39 * heap, polled
+    # two push sessions: the frames + reports modules (~4.7 KB), and per session a 1 KB body and
+    # up to two copies of a report in flight
+    assert min(h["heap_free"] for h in pushed[2:]) >= 0.20 * heap, pushed
+    assert min(h["heap_min"] for h in polled) >= 0.30 * heap, polled
+    assert min(h["heap_min"] for h in pushed) >= 0.10 * heap, pushed
