@@ -292,6 +292,8 @@ def start_board(
         raise ValueError("transport must be one of %s" % ", ".join(TRANSPORTS))
     d = Path(board_dir) if board_dir else Path(tempfile.mkdtemp(prefix="leadwire-board-"))
     d.mkdir(parents=True, exist_ok=True)
+    if config is None and (d / "config.json").exists() and transport != "repl":
+        config = d / "config.json"  # the board's own (flashed) config; the link settings are added
     cfg = _load_config(config)
     if build_firmware and transport != "repl":
         build("unix", d)
