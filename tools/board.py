@@ -332,10 +332,10 @@ def start_board(
 @click.command()
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="udp", show_default=True)
 @click.option("--heap", default="64K", show_default=True, help="MicroPython heap size (a board's RAM).")
-@click.option("--config", "config", type=click.Path(exists=True, dir_okay=False), help="Device config (JSON).")
+@click.option("--config", type=click.Path(exists=True, dir_okay=False), help="Device config (JSON).")
 @click.option("--dir", "board_dir", type=click.Path(file_okay=False), help="Board directory (its flash).")
 @click.option("--port", "udp_port", type=int, help="UDP port (default: a free one).")
-@click.option("--no-build", is_flag=True, help="Run the firmware already in --dir (e.g. after `leadwire flash`).")
+@click.option("--no-build", is_flag=True, help="Run the firmware already in --dir (after `leadwire flash`).")
 def board(
     transport: str, heap: str, config: str | None, board_dir: str | None, udp_port: int | None, no_build: bool
 ) -> None:

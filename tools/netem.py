@@ -75,6 +75,7 @@ UDP_KEYS = (
     "lost",  # dropped by the loss probability
     "queue_drops",  # dropped by the bandwidth limit's full queue
     "corrupted",  # one bit flipped
+    "corrupted_out",  # copies of corrupted datagrams sent (what the receiver sees as bad)
     "duplicated",  # extra copies sent
     "held",  # held back by the reorder probability
     "reordered",  # sent after a datagram that arrived later (measured at sending)
@@ -236,7 +237,8 @@ class _UdpDirection:
                 return
             self.link_free = start + len(data) * 8 / p.rate
             when = self.link_free
-        if r_corrupt < p.corrupt and data:
+        bad = r_corrupt < p.corrupt and bool(data)
+        if bad:
             b = bytearray(data)
             bit = int(r_bit * len(b) * 8)
             b[bit >> 3] ^= 0x80 >> (bit & 7)
@@ -251,12 +253,12 @@ class _UdpDirection:
         c["duplicated"] += copies - 1
         for _ in range(copies):
             if when <= now and not self.sched.heap:
-                self._send((idx, data, send))  # no delay and nothing queued: at once, in order
+                self._send((idx, data, send, bad))  # no delay and nothing queued: at once, in order
             else:
-                self.sched.at(when, (idx, data, send))
+                self.sched.at(when, (idx, data, send, bad))
 
-    def _send(self, item: tuple[int, bytes, Callable[[bytes], None]]) -> None:
-        idx, data, send = item
+    def _send(self, item: tuple[int, bytes, Callable[[bytes], None], bool]) -> None:
+        idx, data, send, bad = item
         c = self.counts
         if idx < self.max_sent:
             c["reordered"] += 1
@@ -268,6 +270,7 @@ class _UdpDirection:
             return
         c["out"] += 1
         c["out_bytes"] += len(data)
+        c["corrupted_out"] += bad
 
     def close(self) -> None:
         self.counts["pending"] += len(self.sched.close())

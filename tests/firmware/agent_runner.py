@@ -1,0 +1,149 @@
+# Runs on the MicroPython unix port from a built board directory: the agent's hot
+# path allocates nothing in steady state. Usage: micropython -m agent_runner UDP_PORT
+# Prints "ok NAME" / "FAIL NAME: why" per check and "udp NAME BYTES" measurements.
+import gc
+import sys
+
+from core_runner import _steady
+from lwagent import Agent
+
+from leadwire import device as dv
+from leadwire import wire
+from leadwire.framing import StreamDecoder, encode_into
+from leadwire.ring import EventRing
+
+
+class Sink:
+    # a serial port that takes everything (write(buf, n), as UART and FileIO have)
+    def __init__(self):
+        self.n = 0
+
+    def write(self, b, n):
+        self.n += n
+        return n
+
+
+class Board:
+    KIND = "unix"
+
+    @staticmethod
+    def reset_cause():
+        return 0
+
+
+K = [256, 16, 1, 8, 5000, 9, 7, 0, 1000, 250, 512, 1000, 0, 3, 1]
+ring = EventRing(256, None, 16, 1)
+sample = bytearray(16)
+ag = Agent(K, ring, [[1, 1000, 16, 0, 0, sample]], [], Board)
+tx = bytearray(256)
+sink = Sink()
+L = [
+    sink,
+    False,
+    tx,
+    memoryview(tx),
+    None,
+    0,
+    0,
+    {},
+    {},
+    [],
+    None,
+    b"",
+    bytearray(64),
+    bytearray(260),
+    StreamDecoder(128),
+]
+hello = bytearray(64)
+L[11] = bytes(hello[: dv.hello_into(hello, 1, 256, 16, 256, 1, ("t", "0.1.0", "unix"))])
+ag.links.append(L)
+pf = bytearray(16)
+hf = bytearray(12)
+wire.put_header(hf, wire.HELLO, wire.F_LAST, 0, 0, 9, 0, 0, 0, 0)
+wire.seal(hf, 0)
+enc = bytearray(32)
+for _ in range(300):
+    ag.emit(1, sample, 16)
+
+
+def make_poll(back):
+    # POLL n = newest - back (on halves: no big ints), 255 events, 2047 bytes, tag 7
+    lo = ring._lo - back
+    hi = ring._hi
+    if lo < 0:
+        lo += 0x10000
+        hi = (hi - 1) & 0xFFFF
+    wire.put_header(pf, wire.POLL, wire.F_LAST, 0, 0, 7, 0, 4, hi, lo)
+    pf[10] = 0
+    pf[11] = 255
+    pf[12] = 0x07
+    pf[13] = 0xFF
+    wire.seal(pf, 4)
+
+
+def emit_one():
+    dv.sample_into(sample, 1234)
+    ag.emit(1, sample, 16)
+
+
+def serial_poll():
+    make_poll(20)
+    ag._rx(L, pf, 16, None)
+
+
+def serial_bytes_in():
+    # a POLL arriving COBS-framed: scan + answer + COBS out
+    make_poll(5)
+    m = encode_into(pf, 16, enc)
+    enc[m] = 0
+    dec = L[14]
+    p = 0
+    while p <= m:
+        p = dec.scan(enc, p, m + 1)
+        if dec.ready > 0:
+            ag._rx(L, dec.frame, dec.ready, None)
+
+
+def hello_answer():
+    ag._rx(L, hf, 12, None)
+
+
+def check(name, fn):
+    try:
+        _steady(fn, 200)
+        print("ok", name)
+    except AssertionError as e:
+        print("FAIL %s: %s" % (name, e))
+
+
+check("emit", emit_one)
+check("serial_poll_answer", serial_poll)
+check("serial_cobs_in_answer_out", serial_bytes_in)
+check("hello_answer", hello_answer)
+assert sink.n > 0
+
+del sys.modules["core_runner"]  # make room: the checks are done
+gc.collect()
+
+# UDP: what one received datagram and one answer cost (recvfrom, memoryview slice for sendto)
+import socket  # noqa: E402
+
+port = int(sys.argv[1])
+a = socket.getaddrinfo("127.0.0.1", port)[0][-1]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(a)
+mv = memoryview(tx)
+for i in range(3):
+    s.sendto(pf, a)
+    gc.collect()
+    gc.disable()
+    m0 = gc.mem_alloc()
+    d, peer = s.recvfrom(128)
+    m1 = gc.mem_alloc()
+    s.sendto(mv[:64], peer)
+    m2 = gc.mem_alloc()
+    gc.enable()
+    s.recvfrom(128)
+    if i == 2:
+        print("udp recvfrom", m1 - m0)
+        print("udp sendto_slice", m2 - m1)
