@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-install
 
-.PHONY: test demo bench lint clean check-python check-java
+.PHONY: test demo bench lint clean check-python check-java typecheck
 
 check-python:
 	@$(PY) -c 'import sys, platform; v = sys.version_info; \
@@ -31,8 +31,20 @@ $(STAMP): pyproject.toml | check-python
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) lint check-java
+test: $(STAMP) lint check-java typecheck
 	$(BIN)/pytest -q
+
+# Firmware type check: firmware/ and shared/leadwire against the MicroPython board stubs, installed
+# once into firmware/typings (gitignored); firmware/mypy.ini points mypy_path and custom_typeshed_dir
+# there and ignores errors inside the stub modules.
+TYPINGS := firmware/typings
+$(TYPINGS)/.stamp-stubs: | $(STAMP)
+	$(BIN)/pip install -q --upgrade --target $(TYPINGS) micropython-rp2-stubs micropython-esp32-stubs
+	@touch $@
+
+typecheck: $(STAMP) $(TYPINGS)/.stamp-stubs
+	$(BIN)/mypy --config-file firmware/mypy.ini firmware/main.py firmware/lwagent.py firmware/lwboot.py \
+	  firmware/wlan.py firmware/boards/esp32.py firmware/boards/rp2.py firmware/boards/unix.py shared/leadwire
 
 demo: $(STAMP)
 	$(BIN)/leadwire demo

@@ -111,12 +111,13 @@ class Agent:
         self.links = links
         self.ring = ring
         self.ev = bytearray(24)  # scratch payload: health and alarm records
-        h = [0] * 11
+        h: list = [0] * 11
         h[_BOOTS] = k[14]
         h[_CAUSE] = board.reset_cause()
         h[_LOW] = gc.mem_free()
         h[_ALAST] = time.ticks_add(time.ticks_ms(), -k[_AGAP])
         self.h = h
+        self.tasks: list = []  # main.py keeps the asyncio tasks here
         self.poll = select.poll()
         for L in links:
             self.poll.register(L[_IO], select.POLLIN)

@@ -22,7 +22,7 @@ SPEC = (
 )
 
 
-def build(board):
+def build(board, use_config=True):
     """config.json -> (settings, ring, sensors, links, extra tasks). A failed link leaves the rest."""
     import json
     import socket
@@ -51,10 +51,13 @@ def build(board):
         return socket.getaddrinfo(s, int(port))[0][-1]
 
     try:
+        if not use_config:
+            raise OSError("ignored")
         with open(config) as f:
             d = json.load(f)
     except OSError:
-        print("config: no %s on the board; using safe defaults" % config)
+        if use_config:
+            print("config: no %s on the board; using safe defaults" % config)
         d = {}
     except ValueError as e:
         print("config: %s is not valid JSON (%s); using safe defaults" % (config, e))
@@ -112,7 +115,7 @@ def build(board):
     k.append(n + 1)
     links = []
     tasks = []
-    opened = []  # (io, udp, frame size, gap)
+    opened: list = []  # (io, peer: False for serial, UDP address or None, frame size, gap)
     for key in (kudp, kser):
         c = d.get(key, {})  # an object, false (link off) or missing (on, with defaults)
         if c is False:
@@ -138,8 +141,10 @@ def build(board):
 
                 tasks.append(wlan.keep(net, w))
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            b = c.get(kbind)
-            s.bind(addr(b if isinstance(b, str) else "0.0.0.0", port))
+            bind = c.get(kbind)
+            if not isinstance(bind, str):  # a virtual board's network is the host's loopback
+                bind = "127.0.0.1" if board.KIND == "unix" else "0.0.0.0"
+            s.bind(addr(bind, port))
             h = c.get(khost)
             opened.append((s, addr(h, port) if isinstance(h, str) else None, frame, gap))
         except (OSError, ValueError, TypeError, IndexError) as e:

@@ -22,8 +22,7 @@ def start():
         k, ring, sensors, links, tasks = lwboot.build(board)
     except Exception as e:  # report anything, then run on defaults
         print("boot: %r; starting with safe defaults" % (e,))
-        lwboot.CONFIG = "/nonexistent"
-        k, ring, sensors, links, tasks = lwboot.build(board)
+        k, ring, sensors, links, tasks = lwboot.build(board, False)
     del lwboot
     del sys.modules["lwboot"]  # boot-only code: free its heap before the ring is made
     gc.collect()
