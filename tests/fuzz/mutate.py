@@ -167,7 +167,12 @@ class Mutator:
         r = self.rng
         n = r.choice([2059, 2060, 4096, 65536, 262144])
         b = bytearray(r.choice(self.seeds)[:10]) + r.randbytes(n)
-        return bytes(reseal(b) if r.random() < 0.5 else b)
+        if r.random() < 0.5:  # the largest length the header can say, and a right CRC over it all
+            b[4] |= 0x07
+            b[5] = 0xFF
+            c = crc16(b, 0, len(b) - 2)
+            b[-2], b[-1] = c >> 8, c & 0xFF
+        return bytes(b)
 
     # -- mutators
     def flip(self, b: bytearray) -> bytearray:
