@@ -137,10 +137,10 @@ def fuzz_payloads(n: int, seed: int, g: Guard) -> dict[str, Any]:
         g.worst = max(g.worst, time.perf_counter() - t)
     g.disarm()
     dt = time.perf_counter() - t0
-    per = {}
-    for key, v in seen.items():
+    per: dict[str, dict[str, int]] = {}
+    for key, cnt in seen.items():
         name, outcome = key.split(":")
-        per.setdefault(name, {})[outcome] = v
+        per.setdefault(name, {})[outcome] = cnt
     return {"inputs": n, "seconds": round(dt, 1), "per_s": round(n / dt), "per_decoder": per}
 
 

@@ -361,7 +361,8 @@ class UdpImpairer:
         self.down = _UdpDirection("down", self.profile_down, loop, t0)
         info = await loop.getaddrinfo(self.target[0], self.target[1], family=socket.AF_INET,
                                       type=socket.SOCK_DGRAM)  # fmt: skip
-        self._target_ip = info[0][4][:2]
+        host, port = info[0][4][:2]
+        self._target_ip = (str(host), int(port))
         transport, _ = await loop.create_datagram_endpoint(lambda: _Listen(self), local_addr=self.listen)
         self._listen = transport
         host, port = transport.get_extra_info("sockname")[:2]

@@ -18,9 +18,8 @@ import struct
 from collections.abc import Callable
 
 from leadwire import client, codec, framing, messages, wire
+from leadwire.codec import Frame
 from leadwire.crc16 import crc16
-
-Frame = codec.Frame
 
 
 class Finding(AssertionError):
@@ -303,7 +302,7 @@ def _canonical(name: str, frame: Frame, got: object) -> bool:
     p = frame.payload
     if name == "records":
         backlog, recs = got  # type: ignore[misc]
-        return messages.encode_records(recs, backlog) == p
+        return bool(messages.encode_records(recs, backlog) == p)
     if name == "hello":
         return messages.hello_frame(got).payload == p  # type: ignore[arg-type]
     if name == "poll":
