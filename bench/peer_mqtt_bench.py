@@ -508,8 +508,14 @@ def lw_run(
 # -- report ------------------------------------------------------------------------------------
 
 
-def per_event(r: dict[str, Any], key: str) -> float:
-    d = r.get("events", r.get("received", 0))
+def per_event(r: dict[str, Any], key: str, delivered: bool = False) -> float:
+    """Board-link bytes (or packets) per event it carried: MQTT carries every event published to the
+    broker (even those the broker drops later); leadwire carries the events it delivers (the ones
+    overwritten in the ring never leave the board). delivered=True: per event the host stored."""
+    if r["system"] == "leadwire" or delivered:
+        d = r.get("events", r.get("received", 0))
+    else:
+        d = r["generated"]
     tot = r.get("up_" + key, 0) + r.get("down_" + key, 0)
     return tot / d if d else float("nan")
 
@@ -553,8 +559,9 @@ def report(res: dict[str, Any]) -> str:
         metrics: list[tuple[str, Any, int]] = [
             ("acknowledged events/s", lambda r: r["rate"], 0),
             ("events delivered", lambda r: r.get("events", r["received"]), 0),
-            ("wire bytes / event (IP, both ways)", lambda r: per_event(r, "bytes"), 1),
-            ("packets / event", lambda r: per_event(r, "packets"), 3),
+            ("wire bytes / event carried (IP, both ways)", lambda r: per_event(r, "bytes"), 1),
+            ("packets / event carried", lambda r: per_event(r, "packets"), 3),
+            ("wire bytes / event delivered to the host", lambda r: per_event(r, "bytes", True), 1),
             ("board heap live, B", lambda r: r["heap_live"], 0),
             ("board heap free low-water, B", lambda r: r["heap_low_free"], 0),
             ("board bytes allocated / event", lambda r: r["alloc_per_event"], 1),
@@ -767,10 +774,11 @@ def inside(args: argparse.Namespace) -> int:
     text = report(res)
     print("\nleadwire vs MQTT -- %s\n" % res["machine"])
     print(text, flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "results.json").write_text(json.dumps(res, indent=1, default=str))
-    (OUT / "results.md").write_text(text + "\n")
-    log("peer_mqtt_bench: results in %s" % (OUT / "results.json"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
+    (out / "results.md").write_text(text + "\n")
+    log("peer_mqtt_bench: results in %s" % (out / "results.json"))
     return 0
 
 
@@ -787,12 +795,13 @@ def main() -> int:
         default="64:5000/10000/20000/40000,256:2000/5000/10000/20000",
         help="leadwire offered events/s per size (the ladder)",
     )
-    ap.add_argument("--ring", default="64:256,256:80", help="leadwire ring capacity per size (64 KB heap)")
+    ap.add_argument("--ring", default="64:256,256:64", help="leadwire ring capacity per size (64 KB heap)")
     ap.add_argument("--tick", type=int, default=0, help="leadwire board tick, ms (0: busy, as the MQTT loop)")
     ap.add_argument(
         "--timeout", type=float, default=0.02, help="bridge poll timeout, s (loopback RTT < 1 ms)"
     )
     ap.add_argument("--loss", type=float, default=0.05, help="packet loss each way in the impaired runs")
+    ap.add_argument("--out", default=str(OUT), help="where results.json and results.md go")
     ap.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]

@@ -130,16 +130,22 @@ def account(store: str) -> dict[str, Any]:
     span = max(((o - first) & 0xFFFFFFFF) for o in offs) + 1
     out["events_all_channels"] = len(offs)
     out["offset_span"] = span
-    # losses the bridge counted inside that span (first contact is before it)
+    # losses the bridge counted after the first stored event (first contact is before it): a loss
+    # covers offsets client_n + 1 .. client_n + lost; the last one may reach past the last event
+    # stored (the run stopped during its recovery), so the span is extended to cover it
     counted = 0
     unknown = 0
-    for n0, lost, cause in db.execute("SELECT n0, lost, cause FROM losses"):
+    for client_n, lost, cause in db.execute("SELECT client_n, lost, cause FROM losses"):
         if cause == "first_contact":
             continue
         if lost is None:
             unknown += 1
-        elif ((n0 - first) & 0xFFFFFFFF) < span:
+            continue
+        start = (client_n + 1 - first) & 0xFFFFFFFF
+        if start < 0x80000000:
             counted += lost
+            span = max(span, start + lost)
+    out["offset_span"] = span
     out["counted_lost"] = counted
     out["unknown_losses"] = unknown
     out["silent_lost"] = span - len(offs) - counted  # offsets neither stored nor counted as lost

@@ -1,0 +1,65 @@
+"""Smoke run of bench/peer_mqtt_bench.py: a few thousand events through each system, with and
+without loss. Checks that the harness works and accounts for every event, not how fast anything is
+(timed assertions flake on shared machines; the figures are in docs/benchmarks.md).
+
+Skips, saying why, where the benchmark cannot run: not root, no network namespace or nftables, no
+mosquitto and no apt-get to install it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench" / "peer_mqtt_bench.py"
+
+pytestmark = [pytest.mark.slow, pytest.mark.micropython]
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("peer_mqtt_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_peer_mqtt_smoke(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a private network namespace with nftables (and apt-get for mosquitto)")
+    have_mosquitto = shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists()
+    if not have_mosquitto and not shutil.which("apt-get"):
+        pytest.skip("mosquitto is missing and apt-get is not there to install it")
+    if shutil.which("nft") or Path("/usr/sbin/nft").exists():
+        why = _bench().netns_usable()
+        if why:
+            pytest.skip("no private network namespace with nftables: %s" % why)
+    cmd = [sys.executable, str(BENCH), "--quick", "--events", "3000", "--lw-rates", "64:2000",
+           "--seconds", "8", "--nagle-seconds", "1", "--lw-seconds", "2", "--out", str(tmp_path)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
+    if r.returncode and ("cannot be installed" in r.stderr or "network namespace" in r.stderr):
+        pytest.skip(r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "acknowledged events/s" in r.stdout and "lost silently" in r.stdout
+    res = json.loads((tmp_path / "results.json").read_text())
+    runs = res["clean"] + res["impaired"]
+    assert {r["system"] for r in runs} >= {"leadwire", "MQTT QoS 0", "MQTT QoS 1 nodelay", "MQTT QoS 1"}
+    for run in runs:
+        # every event is delivered, or counted lost by the receiver, or lost silently: nothing else
+        assert run["received"] + run["known_lost"] + run["silent_lost"] == run["generated"], run
+        assert run["up_packets"] > 0 and run["down_packets"] > 0, run  # the counters saw the board's link
+        if run["system"] == "leadwire":
+            assert run["silent_lost"] == 0, run  # leadwire accounts for every offset
+            assert run["events"] > 0, run
+        else:
+            assert run["known_lost"] == 0  # MQTT gives the receiver no loss signal
+            assert run["received"] > 0, run
