@@ -3,10 +3,12 @@
 Everything protocol-shaped happens in :class:`~leadwire.bridge.client.DeviceClient`; this module
 only moves bytes and time:
 
-* one UDP socket for all UDP devices (datagrams are routed to the device by source address);
+* one UDP socket for all UDP devices, read with ``add_reader`` and drained of every queued datagram
+  per wake-up (datagrams are routed to the device by source address);
 * one pyserial port per serial device, COBS-framed through the core's ``StreamDecoder``;
-* a task per device: ``request`` -> send -> wait for the answer or the timeout -> sleep the
-  client's ``next_delay`` (0 while the device reports a backlog: adaptive polling);
+* one :class:`Scheduler` for all devices (no task per device): ``request`` -> send -> the answer or
+  the timeout -> the next request ``next_delay`` after the send (at once while the device reports a
+  backlog: adaptive polling). Due requests go out in bursts, timeouts are one heap;
 * one flusher task: every ``commit_interval`` (or sooner when ``commit_rows`` are pending) it
   drains the clients into one :class:`~leadwire.bridge.store.Batch` and commits it on the single
   store thread; report ACKs go out only after their transaction committed.
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import heapq
+import itertools
 import logging
 import os
 import socket
@@ -33,7 +37,7 @@ from . import logs
 from .client import Delivery, DeviceClient
 from .config import BridgeConfig, DeviceConfig, parse_address
 from .metrics import Histogram, make_registry, serve
-from .store import Batch, Store, drain
+from .store import GEN_INDEX, SEG_EVENT, Batch, Store, drain
 
 
 class Source(NamedTuple):
@@ -52,35 +56,67 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-class _UdpProtocol(asyncio.DatagramProtocol):
-    def __init__(self, bridge: Bridge) -> None:
+class _UdpSocket:
+    """The one UDP socket of the bridge: non-blocking, read through the loop's selector.
+
+    A wake-up reads every datagram already queued (up to ``burst``), not one per loop iteration
+    as asyncio's datagram transport does; then the requests that became due go out together.
+    """
+
+    def __init__(self, bridge: Bridge, host: str, port: int, burst: int = 512) -> None:
         self.bridge = bridge
-        self.transport: asyncio.DatagramTransport | None = None
+        self.burst = burst
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setblocking(False)
+        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
+            except OSError:
+                pass
+        self.sock.bind((host, port))
         self.unknown = 0
+        self.send_errors = 0
+        self.loop = asyncio.get_running_loop()
+        self.loop.add_reader(self.sock.fileno(), self._readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def _readable(self) -> None:
+        recv = self.sock.recvfrom
+        by_addr = self.bridge.by_addr
+        for _ in range(self.burst):
+            try:
+                data, addr = recv(4096)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # ICMP errors reported on the socket: the timeout handles them
+                continue
+            r = by_addr.get(addr)
+            if r is None:
+                self.unknown += 1
+                continue
+            r.on_datagram(data)
+        self.bridge.sched.run_ready()
 
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        r = self.bridge.by_addr.get(addr[:2])
-        if r is None:
-            self.unknown += 1
-            return
-        r.on_datagram(data)
+    def sendto(self, data: bytes, addr: tuple[str, int]) -> None:
+        try:
+            self.sock.sendto(data, addr)
+        except (BlockingIOError, InterruptedError, OSError):
+            self.send_errors += 1  # lost like a dropped datagram: the timeout handles it
 
-    def error_received(self, exc: Exception) -> None:  # ICMP unreachable etc.: the timeout handles it
-        pass
+    def close(self) -> None:
+        try:
+            self.loop.remove_reader(self.sock.fileno())
+        except Exception:
+            pass
+        self.sock.close()
 
 
 class _UdpLink:
-    def __init__(self, proto: _UdpProtocol, addr: tuple[str, int]) -> None:
-        self.proto = proto
+    def __init__(self, udp: _UdpSocket, addr: tuple[str, int]) -> None:
+        self.udp = udp
         self.addr = addr
 
     def send(self, data: bytes) -> None:
-        t = self.proto.transport
-        if t is not None:
-            t.sendto(data, self.addr)
+        self.udp.sendto(data, self.addr)
 
     def close(self) -> None:
         pass
@@ -136,6 +172,7 @@ class _SerialLink:
                 self.runner.on_bad(item.code)
             else:
                 self.runner.on_frame(item, len(item.payload) + wire.OVERHEAD)
+        self.runner.bridge.sched.run_ready()
 
     def send(self, data: bytes) -> None:
         if self.ser is None and not self.open():
@@ -159,16 +196,18 @@ class _SerialLink:
 
 
 class DeviceRunner:
-    """Drives one DeviceClient: the request/answer loop over its link."""
+    """One device's request/answer cycle over its link; the Scheduler decides when it runs."""
 
     def __init__(self, bridge: Bridge, client: DeviceClient, cfg: DeviceConfig) -> None:
         self.bridge = bridge
         self.client = client
         self.cfg = cfg
         self.link: Any = None
-        self.waiter: asyncio.Future[bool] | None = None
         self.address = "%s:%d" % (cfg.host, cfg.port) if cfg.transport == "udp" else cfg.serial
         self.loop = asyncio.get_running_loop()
+        self.waiting = False  # a request is outstanding
+        self.gen = 0  # number of the outstanding request: a timeout of an older one is ignored
+        self.sent = 0.0  # loop time the outstanding request went out
 
     # -- input -------------------------------------------------------------------------
 
@@ -182,9 +221,8 @@ class DeviceRunner:
 
     def on_bad(self, code: int) -> None:
         self.client.on_bad_frame(code)
-        w = self.waiter
-        if w is not None and not w.done():
-            w.set_result(False)  # a broken answer is a transport error: poll n again
+        if self.waiting:
+            self.bridge.sched.answered(self, False)  # a broken answer is a transport error: poll n again
 
     def on_frame(self, f: codec.Frame, nbytes: int) -> None:
         c = self.client
@@ -202,44 +240,143 @@ class DeviceRunner:
             for name, fields in c.log:
                 logs.event(b.log, logging.INFO, name, device=c.device_id, **fields)
             c.log = []
-        if done:
-            w = self.waiter
-            if w is not None and not w.done():
-                w.set_result(True)
+        if done and self.waiting:
+            b.sched.answered(self, True)
 
-    # -- the loop ----------------------------------------------------------------------
 
-    async def run(self) -> None:
-        c = self.client
+class Scheduler:
+    """When each device sends its next request, for all devices, on the event loop.
+
+    A heap of (due time, runner) for the next requests and a heap of (deadline, runner, request
+    number) for the outstanding ones; one timer armed at the earliest of the two. An answer makes
+    the device due ``next_delay`` after its request went out (a fixed 100 ms interval is 10 Hz);
+    a device due now (a backlog to drain) joins the ``ready`` list, sent after the current burst
+    of received datagrams, so back-to-back polling of one device never starves the others.
+    """
+
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+        self.loop = asyncio.get_running_loop()
+        self.due: list[tuple[float, int, DeviceRunner]] = []
+        self.deadlines: list[tuple[float, int, DeviceRunner, int]] = []
+        self.ready: list[DeviceRunner] = []
+        self._tie = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._soon = False
+        self.paused = False  # backpressure: the store is behind
+        self.stopped = False
+
+    def start(self, runners: list[DeviceRunner], spread: float) -> None:
+        now = self.loop.time()
+        for i, r in enumerate(runners):
+            heapq.heappush(self.due, (now + i * spread, next(self._tie), r))
+        self._arm()
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- events ------------------------------------------------------------------------
+
+    def answered(self, r: DeviceRunner, ok: bool) -> None:
+        """The outstanding request of r was answered (ok) or failed (a broken answer)."""
+        r.waiting = False
+        r.gen += 1
+        c = r.client
+        if not ok:
+            c.on_transport_error()
+        self._schedule(r, r.sent + c.next_delay)
+
+    def _schedule(self, r: DeviceRunner, at: float) -> None:
+        if at <= self.loop.time():
+            self.ready.append(r)
+            if not self._soon:
+                self._soon = True
+                self.loop.call_soon(self.run_ready)
+        else:
+            heapq.heappush(self.due, (at, next(self._tie), r))
+            if self._timer is None or at < self._timer_at:
+                self._arm()
+
+    def run_ready(self) -> None:
+        """Send the requests of the devices due now (called after each burst of input)."""
+        self._soon = False
+        if not self.ready or self.stopped:
+            return
         b = self.bridge
-        loop = self.loop
-        poll_timeout = c.poll_cfg.timeout
-        ack_timeout = c.poll_cfg.ack_timeout
-        while True:
-            if b.pending_rows >= 4 * b.cfg.commit_rows:
-                await b.wait_flushed()  # backpressure: the store is behind
-            sent = loop.time()
-            f = c.request(sent)
-            fut: asyncio.Future[bool] = loop.create_future()
-            self.waiter = fut
-            self.link.send(codec.encode(f))
-            h = loop.call_later(ack_timeout if f.type == wire.SUBSCRIBE else poll_timeout, _expire, fut)
-            ok = await fut
-            h.cancel()
-            self.waiter = None
-            if not ok:
-                c.on_transport_error()
-            # the delay counts from when the request went out: a fixed 100 ms interval is 10 Hz
-            delay = c.next_delay - (loop.time() - sent)
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                await asyncio.sleep(0)  # let the other devices run between back-to-back polls
+        if not self.paused and b.pending_rows >= 4 * b.cfg.commit_rows:
+            self.pause()  # backpressure: the store is behind; the next commit resumes
+            b.flush_now.set()
+        if self.paused:
+            return
+        ready = self.ready
+        self.ready = []
+        now = self.loop.time()
+        for r in ready:
+            self._send(r, now)
+        self._arm()
 
+    def _send(self, r: DeviceRunner, now: float) -> None:
+        c = r.client
+        f = c.request(now)
+        r.waiting = True
+        r.sent = now
+        r.gen += 1
+        timeout = c.poll_cfg.ack_timeout if f.type == wire.SUBSCRIBE else c.poll_cfg.timeout
+        heapq.heappush(self.deadlines, (now + timeout, next(self._tie), r, r.gen))
+        r.link.send(codec.encode(f))
 
-def _expire(fut: asyncio.Future[bool]) -> None:
-    if not fut.done():
-        fut.set_result(False)
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.run_ready()
+
+    # -- the timer ---------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        if self.stopped:
+            return
+        at = min(self.due[0][0] if self.due else float("inf"),
+                 self.deadlines[0][0] if self.deadlines else float("inf"))  # fmt: skip
+        if at == float("inf"):
+            return
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self.loop.call_at(at, self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        if self.stopped:
+            return
+        now = self.loop.time()
+        dl = self.deadlines
+        while dl and dl[0][0] <= now:
+            _, _, r, gen = heapq.heappop(dl)
+            if r.waiting and r.gen == gen:  # no answer in time: a transport error
+                r.waiting = False
+                r.gen += 1
+                r.client.on_transport_error()
+                self._schedule_due(r, r.sent + r.client.next_delay, now)
+        due = self.due
+        while due and due[0][0] <= now:
+            self.ready.append(heapq.heappop(due)[2])
+        self.run_ready()
+        self._arm()
+
+    def _schedule_due(self, r: DeviceRunner, at: float, now: float) -> None:
+        if at <= now:
+            self.ready.append(r)
+        else:
+            heapq.heappush(self.due, (at, next(self._tie), r))
 
 
 class Bridge:
@@ -265,11 +402,11 @@ class Bridge:
         self.latencies_us = array("q")
         self.failed: BaseException | None = None
         self.metrics_port = 0
-        self._tasks: list[asyncio.Task[None]] = []
+        self.sched: Scheduler = None  # type: ignore[assignment]  # made in start() (needs the loop)
+        self.store_conflicts = 0
         self._flusher: asyncio.Task[None] | None = None
         self._metrics_stop: Callable[[], None] | None = None
-        self._udp: asyncio.DatagramTransport | None = None
-        self._proto: _UdpProtocol | None = None
+        self._udp: _UdpSocket | None = None
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leadwire-store")
         self._flush_lock: asyncio.Lock | None = None
         self._flushed: asyncio.Event | None = None
@@ -311,21 +448,13 @@ class Bridge:
         loop = asyncio.get_running_loop()
         self._flush_lock = asyncio.Lock()
         self._flushed = asyncio.Event()
-        self.store = await loop.run_in_executor(self._writer, Store, cfg.store, cfg.bridge_id)
+        self.sched = Scheduler(self)
+        self.store = await loop.run_in_executor(self._writer, _open_store, cfg.store, cfg.bridge_id)
         devices = cfg.my_devices()
         udp = [d for d in devices if d.transport == "udp"]
         if udp:
             host, port = parse_address(cfg.bind, "bridge.bind")
-            proto = _UdpProtocol(self)
-            self._proto = proto
-            tr, _ = await loop.create_datagram_endpoint(lambda: proto, local_addr=(host, port))
-            self._udp = tr
-            try:
-                sock = tr.get_extra_info("socket")
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-            except OSError:
-                pass
+            self._udp = _UdpSocket(self, host, port)
         deliver = bool(self._subs)
         for d in devices:
             address = "%s:%d" % (d.host, d.port) if d.transport == "udp" else d.serial
@@ -336,8 +465,8 @@ class Bridge:
             r = DeviceRunner(self, client, d)
             if d.transport == "udp":
                 ip = _resolve(d.host, d.port)
-                assert self._proto is not None
-                r.link = _UdpLink(self._proto, ip)
+                assert self._udp is not None
+                r.link = _UdpLink(self._udp, ip)
                 self.by_addr[ip] = r
             else:
                 r.link = _SerialLink(r, d.serial, d.baud)
@@ -351,25 +480,7 @@ class Bridge:
                    store=cfg.store, metrics_port=self.metrics_port, shard="%d/%d" % cfg.shard)  # fmt: skip
         self._flusher = loop.create_task(self._flush_loop())
         # spread the first requests over one poll interval so 1,000 devices do not poll in lockstep
-        spread = cfg.poll.interval / max(1, len(self.runners))
-        for i, r in enumerate(self.runners.values()):
-            self._tasks.append(loop.create_task(self._run_later(r, i * spread)))
-
-    async def _run_later(self, r: DeviceRunner, delay: float) -> None:
-        if delay:
-            await asyncio.sleep(delay)
-        try:
-            await r.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self.log.exception("device_task_failed", extra={"fields": {"device": r.client.device_id}})
-
-    async def wait_flushed(self) -> None:
-        assert self._flushed is not None
-        self.flush_now.set()
-        self._flushed.clear()
-        await self._flushed.wait()
+        self.sched.start(list(self.runners.values()), cfg.poll.interval / max(1, len(self.runners)))
 
     async def _flush_loop(self) -> None:
         interval = self.cfg.commit_interval
@@ -398,26 +509,36 @@ class Bridge:
             self.pending_rows = 0
             if not batch.devices:
                 self._flushed.set()
+                self.sched.resume()
                 return 0
             batch.commit_us = now_us()
             t0 = time.perf_counter()
-            await asyncio.get_running_loop().run_in_executor(self._writer, self.store.write, batch)
+            loop = asyncio.get_running_loop()
+            conflicts = await loop.run_in_executor(self._writer, self.store.write, batch)
             done = now_us()
+            self.sched.resume()
+            if conflicts:
+                self.store_conflicts += conflicts
+                logs.event(self.log, logging.WARNING, "store_conflict", rows=conflicts)
             self.commit_time.observe_many([time.perf_counter() - t0])
             self.commits += 1
-            self.rows_committed += len(batch.arrivals)
-            self.events_committed += len(batch.events)
+            self.rows_committed += batch.arrivals
+            self.events_committed += batch.events
             for client, acks in batch.acks:
                 link = self.runners[client.device_id].link
                 for a in acks:
                     link.send(a)
-            lat = [done - a[15] for a in batch.arrivals if a[15] is not None]
+            lat: list[int] = []
+            for kind, rows in batch.segments:
+                if kind == SEG_EVENT:
+                    g = GEN_INDEX[kind]
+                    lat.extend([done - r[g] for r in rows if r[g] is not None])
             if lat:
-                self.latency.observe_many(v / 1e6 for v in lat)
+                self.latency.observe_many([v / 1e6 for v in lat])
                 if self.keep_latencies:
                     self.latencies_us.extend(lat)
             self._flushed.set()
-            return len(batch.arrivals)
+            return batch.arrivals
 
     async def stop(self) -> None:
         """Stop polling, commit what was received (the in-flight transaction), close everything."""
@@ -425,9 +546,8 @@ class Bridge:
             await self.stopped.wait()
             return
         self._stopping = True
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.sched is not None:
+            self.sched.stop()
         for r in self.runners.values():
             if r.cfg.subscribe and self.failed is None:
                 r.link.send(codec.encode(messages.subscribe_frame([])))  # end the push sessions
@@ -459,6 +579,10 @@ class Bridge:
             failed=failed,
         )
         self.stopped.set()
+
+
+def _open_store(path: str, bridge_id: str) -> Store:
+    return Store(path, bridge_id, checkpoints=True)
 
 
 def _resolve(host: str, port: int) -> tuple[str, int]:
