@@ -1,0 +1,45 @@
+"""`leadwire board`: one JSON line when ready; killing the board's pid is a power cut."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..hil.client import Client, SerialLink, UdpLink
+
+pytestmark = [pytest.mark.micropython, pytest.mark.timeout(60)]
+
+
+@pytest.mark.parametrize("transport", ["udp", "serial"])
+def test_board_prints_json_and_dies_with_its_pid(transport: str, tmp_path: Path) -> None:
+    p = subprocess.Popen(
+        [sys.executable, "-m", "leadwire.cli", "board", "--transport", transport, "--dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None
+        info = json.loads(p.stdout.readline())
+        assert info["transport"] == transport and info["pid"] > 0
+        if transport == "udp":
+            host, port = info["address"].rsplit(":", 1)
+            assert host == "127.0.0.1"
+            c = Client(UdpLink((host, int(port))))
+        else:
+            assert info["port"].startswith("/dev/pts/")
+            c = Client(SerialLink(info["port"]))
+        assert c.hello().board == "unix"
+        c.close()
+        os.kill(info["pid"], signal.SIGKILL)  # power cut: the launcher exits with the board
+        assert p.wait(10) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
