@@ -7,7 +7,7 @@ try:
     from micropython import const  # type: ignore[import-not-found]
 except ImportError:  # CPython
 
-    def const(x):  # type: ignore[no-redef]
+    def const(x):  # type: ignore[no-redef, misc]
         return x
 
 

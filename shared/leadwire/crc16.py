@@ -37,7 +37,8 @@ if MICROPYTHON:
         from leadwire._viper import crc16_viper
 
         def crc16(buf, start, end):
-            return crc16_viper(buf, start, end, TABLE)
+            # viper turns any buffer into a raw pointer at the call: an array passes as ptr16
+            return crc16_viper(buf, start, end, TABLE)  # type: ignore[arg-type]
 
     except (ImportError, SyntaxError, NotImplementedError):  # port without a native emitter
         pass

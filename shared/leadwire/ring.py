@@ -213,7 +213,7 @@ class EventRing:
             return (NO_EVENT, n)
         if kind == RECOVERY:
             return (RECOVERY, self.oldest, self.newest)
-        out = []
+        out = []  # type: list[tuple[int, bytes]]
         used = BATCH_HEAD
         back = self._d - 1
         while back >= 0 and len(out) < min(max_events, MAX_BATCH):
