@@ -163,14 +163,40 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
     per_dev_rows = max(8, cfg.rows // ndev)
 
     acc = _Acc()  # per-stream-constant columns are stored once per stream and repeated at the end
-    stream_meta: dict[str, list[Any]] = {k: [] for k in ("dev", "boot_epoch", "boots", "kind", "session",
-                                                         "lead_channel", "fw", "transport", "bridge", "len")}
+    stream_meta: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "dev",
+            "boot_epoch",
+            "boots",
+            "kind",
+            "session",
+            "lead_channel",
+            "fw",
+            "transport",
+            "bridge",
+            "len",
+        )
+    }
     losses: list[dict[str, Any]] = []
     boots_rows: list[dict[str, Any]] = []
     per_device: dict[str, dict[str, Any]] = {}
-    tot = dict.fromkeys(("lost", "duplicates", "late", "lateness_sum", "restarts", "overruns",
-                         "events_lost_exact", "recovery_phases", "unfinished_recoveries",
-                         "retransmissions", "wrapped_streams"), 0)
+    tot = dict.fromkeys(
+        (
+            "lost",
+            "duplicates",
+            "late",
+            "lateness_sum",
+            "restarts",
+            "overruns",
+            "events_lost_exact",
+            "recovery_phases",
+            "unfinished_recoveries",
+            "retransmissions",
+            "wrapped_streams",
+        ),
+        0,
+    )
     tot["lateness_max"] = 0
     device_ids = ["dev-%04d" % i for i in range(ndev)]
     transports = list(TRANSPORT_WEIGHTS)
@@ -188,8 +214,19 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
         cuts = np.sort(rng.uniform(t_start, t_end, nrestart)).astype(np.int64)
         bounds = [t_start, *cuts.tolist(), t_end]
         boots = int(rng.integers(1, 100))
-        dt_ = {k: 0 for k in ("lost", "duplicates", "late", "restarts", "overruns", "events_lost_exact",
-                              "messages", "recovery_phases")}
+        dt_ = {
+            k: 0
+            for k in (
+                "lost",
+                "duplicates",
+                "late",
+                "restarts",
+                "overruns",
+                "events_lost_exact",
+                "messages",
+                "recovery_phases",
+            )
+        }
         last_event_offset = 0
         session = 0
         for b in range(nboot):
@@ -201,8 +238,14 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
             nmsg = max(8, per_dev_rows // nboot)
             n_rep = int(nmsg * cfg.report_share)
             n_ev = max(4, nmsg - n_rep)
-            common = {"dev": dev, "boot_epoch": epoch, "boots": boots + b, "fw": fw,
-                      "transport": transport, "bridge": bridge}
+            common = {
+                "dev": dev,
+                "boot_epoch": epoch,
+                "boots": boots + b,
+                "fw": fw,
+                "transport": transport,
+                "bridge": bridge,
+            }
             # ---- event ring: segments separated by overruns
             nover = int(min(rng.poisson(cfg.overruns_per_boot), max(0, n_ev // 16 - 1)))
             seg_cut = np.sort(rng.choice(np.arange(8, n_ev - 7), size=nover, replace=False)) if nover else []
@@ -236,8 +279,14 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
             seq = (first + rel) & MASK_U32
             rx = _rx_times(rng, b0, b1, len(rel))
             nrow = len(rel)
-            acc.add(seq=seq, rx=rx, channel=rng.integers(0, cfg.channels, nrow).astype(np.int32),
-                    dup=np.concatenate(dups), retx=np.zeros(nrow, bool), priority=np.zeros(nrow, np.int32))
+            acc.add(
+                seq=seq,
+                rx=rx,
+                channel=rng.integers(0, cfg.channels, nrow).astype(np.int32),
+                dup=np.concatenate(dups),
+                retx=np.zeros(nrow, bool),
+                priority=np.zeros(nrow, np.int32),
+            )
             for k2, v in common.items():
                 stream_meta[k2].append(v)
             stream_meta["kind"].append("event")
@@ -272,19 +321,40 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
                     dt_["lost"] += lost
                     dt_["events_lost_exact"] += lost
                     dt_["overruns"] += 1
-                losses.append({"device_id": dev, "boot_epoch": epoch, "client_n": client_n, "n0": n0,
-                               "n1": (n0 + recovered - 1) & MASK_U32, "lost": lost, "cause": cause,
-                               "started_ts": started, "ended_ts": ended, "recovered": recovered,
-                               "firmware_version": fw, "transport": transport, "bridge_id": bridge})
+                losses.append(
+                    {
+                        "device_id": dev,
+                        "boot_epoch": epoch,
+                        "client_n": client_n,
+                        "n0": n0,
+                        "n1": (n0 + recovered - 1) & MASK_U32,
+                        "lost": lost,
+                        "cause": cause,
+                        "started_ts": started,
+                        "ended_ts": ended,
+                        "recovered": recovered,
+                        "firmware_version": fw,
+                        "transport": transport,
+                        "bridge_id": bridge,
+                    }
+                )
                 tot["recovery_phases"] += 1
                 dt_["recovery_phases"] += 1
                 tot["unfinished_recoveries"] += ended is None
             last_event_offset = int(seq[np.argmax(rel)])
-            boots_rows.append({"device_id": dev, "boot_epoch": epoch, "boots": boots + b,
-                               "firmware_version": fw, "board": board, "transport": transport,
-                               "first_seen_ts": int(rx[0]) - 2000,
-                               "detected_by": "hello" if b == 0 or rng.random() < 0.5 else "recovery",
-                               "bridge_id": bridge})
+            boots_rows.append(
+                {
+                    "device_id": dev,
+                    "boot_epoch": epoch,
+                    "boots": boots + b,
+                    "firmware_version": fw,
+                    "board": board,
+                    "transport": transport,
+                    "first_seen_ts": int(rx[0]) - 2000,
+                    "detected_by": "hello" if b == 0 or rng.random() < 0.5 else "recovery",
+                    "bridge_id": bridge,
+                }
+            )
             if b > 0:
                 tot["restarts"] += 1
                 dt_["restarts"] += 1
@@ -298,9 +368,14 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
                 for ch in range(cfg.channels):
                     st = _stream(rng, per_stream, cfg, lossy=True)
                     nrow = len(st["rel"])
-                    acc.add(seq=st["rel"] + 1, rx=_rx_times(rng, s0, s1, nrow),
-                            channel=np.full(nrow, ch, np.int32), dup=st["dup"], retx=st["dup"],
-                            priority=rng.integers(1, 8, nrow).astype(np.int32))
+                    acc.add(
+                        seq=st["rel"] + 1,
+                        rx=_rx_times(rng, s0, s1, nrow),
+                        channel=np.full(nrow, ch, np.int32),
+                        dup=st["dup"],
+                        retx=st["dup"],
+                        priority=rng.integers(1, 8, nrow).astype(np.int32),
+                    )
                     for k2, v in common.items():
                         stream_meta[k2].append(v)
                     stream_meta["kind"].append("report")

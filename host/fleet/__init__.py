@@ -1,0 +1,1 @@
+"""leadwire.fleet: the PySpark fleet analytics job."""

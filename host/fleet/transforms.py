@@ -1,0 +1,639 @@
+"""Pure transforms of the fleet job: ``transform_*(df, ...) -> df``.
+
+Rules every function here follows:
+* no I/O, no actions (nothing is collected or counted), no Python UDFs: only Catalyst expressions;
+* window frames are spelled out (``rowsBetween``) wherever a frame matters; offset functions
+  (``lag``, ``row_number``) have a fixed frame in Spark and take none;
+* joins name their keys and their type;
+* each function ends with a ``select`` of its output contract (the ``*_COLS`` lists below), so a
+  column renamed upstream fails here, at the boundary, and not three stages later.
+
+The definitions (see docs/fleet.md for the long form):
+* lead domain ("sender and channel" of spec 000): LEAD_KEY. Ordered by ``arrival``.
+* useq: the seq unwrapped across 2^32 (first seq + running sum of wrap-safe differences).
+* lead_calc: useq - max(useq of all earlier arrivals of the domain); 1 for the first arrival.
+* dup_calc: an earlier arrival of the domain had the same useq.
+* late: not a duplicate and lead_calc < 0. lateness_seq = -lead_calc.
+  reorder_depth = arrivals of the domain from the first arrival that overtook it up to it
+  (RFC 4737 reorder extent); lateness_us = host receive time since that overtaking arrival.
+* gap_after: seqs missing between this (first) arrival and the next higher seq ever received:
+  the gaps never filled. Their sum per domain is the loss estimate.
+* report_head_missing: report MessageNumbers start at 1 per session (spec 003): a session whose
+  lowest received number is m > 1 misses m - 1 reports at its head.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from .schema import HALF, U32
+
+LEAD_KEY = ["device_id", "boot_epoch", "kind", "session", "lead_channel"]
+DIMS = ["device_id", "kind", "channel", "firmware_version", "transport", "window_start"]
+LATENCY_METRICS = ("rx_to_commit", "gen_to_rx")
+PERCENTILES = (0.5, 0.95, 0.99)
+# Lead histogram buckets: (label, lower bound inclusive, upper bound inclusive), in plot order.
+LEAD_BUCKETS: tuple[tuple[str, int | None, int | None], ...] = (
+    ("<=-100", None, -100),
+    ("-99..-10", -99, -10),
+    ("-9..-2", -9, -2),
+    ("-1", -1, -1),
+    ("0", 0, 0),
+    ("1", 1, 1),
+    ("2", 2, 2),
+    ("3..9", 3, 9),
+    ("10..99", 10, 99),
+    (">=100", 100, None),
+)
+
+ARRIVAL_COLS = [
+    *LEAD_KEY,
+    "channel",
+    "seq",
+    "arrival",
+    "lead",
+    "duplicate",
+    "retransmission",
+    "firmware_version",
+    "transport",
+    "payload_bytes",
+    "rx_us",
+    "window_start",
+    "commit_us",
+    "e2e_us",
+]
+LEAD_COLS = [*ARRIVAL_COLS, "pos", "useq", "lead_calc"]
+ROW_COLS = [
+    *LEAD_COLS,
+    "dup_calc",
+    "late",
+    "lateness_seq",
+    "reorder_depth",
+    "lateness_us",
+    "gap_after",
+    "report_head_missing",
+]
+COUNT_COLS = [
+    "messages",
+    "unique",
+    "duplicates",
+    "duplicate_flagged",
+    "dup_flag_mismatches",
+    "retransmissions",
+    "late",
+    "lateness_seq_sum",
+    "lateness_seq_max",
+    "lateness_us_max",
+    "reorder_depth_sum",
+    "reorder_depth_max",
+    "lead_eq1",
+    "lead_eq0",
+    "lead_gt1",
+    "lead_lt0",
+    "skipped",
+    "lost",
+    "report_head_missing",
+    "lead_mismatches",
+    "payload_bytes",
+]
+SUM_COLS = [c for c in COUNT_COLS if not c.endswith("_max")]
+MAX_COLS = [c for c in COUNT_COLS if c.endswith("_max")]
+CHANNEL_WINDOW_COLS = [*DIMS, *COUNT_COLS, "loss_rate"]
+RECOVERY_DIMS = ["device_id", "firmware_version", "transport", "window_start", "cause"]
+RECOVERY_COLS = [
+    *RECOVERY_DIMS,
+    "phases",
+    "lost_exact",
+    "lost_unknown",
+    "recovered",
+    "unfinished",
+    "duration_us_sum",
+    "duration_us_max",
+]
+RESTART_DIMS = ["device_id", "firmware_version", "transport", "window_start"]
+RESTART_COLS = [*RESTART_DIMS, "boots_seen", "restarts", "detected_by_recovery"]
+LATENCY_COUNT_COLS = ["device_id", "firmware_version", "transport", "metric", "value_us", "n"]
+LATENCY_COLS = ["metric", "n", *("p%g" % (p * 100) for p in PERCENTILES)]
+LATENCY_WIDE = ["%s_p%g_us" % (m, p * 100) for m in LATENCY_METRICS for p in PERCENTILES]
+DEVICE_COLS = [
+    "device_id",
+    "firmware_versions",
+    "transports",
+    *SUM_COLS,
+    *MAX_COLS,
+    "loss_rate",
+    "dup_rate",
+    "late_rate",
+    "boots_seen",
+    "restarts",
+    "recovery_phases",
+    "overruns",
+    "events_lost_exact",
+    "unknown_loss_recoveries",
+    "recovery_us_sum",
+    "recovery_us_max",
+    *LATENCY_WIDE,
+]
+WORST_COLS = ["rank", *DEVICE_COLS]
+COMPARE_SUMS = [
+    "messages",
+    "unique",
+    "duplicates",
+    "late",
+    "lost",
+    "retransmissions",
+    "lead_mismatches",
+    "dup_flag_mismatches",
+]
+LOSS_TIME_COLS = [
+    "window_start",
+    "transport",
+    "messages",
+    "unique",
+    "lost",
+    "loss_rate",
+    "overruns",
+    "events_lost_exact",
+    "restarts",
+]
+HISTOGRAM_COLS = ["kind", "firmware_version", "transport", "bucket_order", "bucket", "n"]
+MISMATCH_COLS = [
+    *LEAD_KEY,
+    "channel",
+    "seq",
+    "arrival",
+    "lead",
+    "lead_calc",
+    "duplicate",
+    "dup_calc",
+    "rx_us",
+]
+
+
+def _n(cond: Column) -> Column:
+    """Count rows where cond holds (as a long; nulls count as false)."""
+    return F.sum(F.when(cond, F.lit(1)).otherwise(F.lit(0))).cast("long")
+
+
+def _ratio(num: str, den: Column) -> Column:
+    return F.when(den > 0, F.col(num) / den).otherwise(F.lit(0.0))
+
+
+def wrap_diff(a: Column, b: Column) -> Column:
+    """Wrap-safe signed a - b in [-2^31, 2^31) for u32 values a, b."""
+    m = F.pmod(a - b, F.lit(U32))
+    return F.when(m >= HALF, m - U32).otherwise(m)
+
+
+def window_start(ts_us: Column, window_seconds: int) -> Column:
+    w = F.lit(window_seconds * 1_000_000)
+    return F.timestamp_micros(ts_us - F.pmod(ts_us, w))
+
+
+# ---------------------------------------------------------------------------------------- arrivals
+def transform_arrivals(arrivals: DataFrame, window_seconds: int = 3600) -> DataFrame:
+    """Raw arrivals -> the columns the job uses, times as integer microseconds, the time window."""
+    rx = F.unix_micros("host_rx_ts")
+    return arrivals.select(
+        *LEAD_KEY,
+        "channel",
+        "seq",
+        "arrival",
+        "lead",
+        "duplicate",
+        "retransmission",
+        "firmware_version",
+        "transport",
+        "payload_bytes",
+        rx.alias("rx_us"),
+        window_start(rx, window_seconds).alias("window_start"),
+        (F.unix_micros("host_commit_ts") - rx).alias("commit_us"),
+        (rx - F.unix_micros("gen_ts")).alias("e2e_us"),
+    ).select(*ARRIVAL_COLS)
+
+
+def transform_leads(df: DataFrame) -> DataFrame:
+    """Spec 000 lead recomputed from arrival order per lead domain, wrap-safe at 2^32."""
+    by_arrival = Window.partitionBy(*LEAD_KEY).orderBy("arrival")
+    running = by_arrival.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = by_arrival.rowsBetween(Window.unboundedPreceding, -1)
+    prev = F.col("_prev")
+    step = F.when(prev.isNull(), F.col("seq")).otherwise(wrap_diff(F.col("seq"), prev))
+    # one select per Window operator: expressions sharing a select and a window spec share a pass
+    df = df.select(
+        "*", F.row_number().over(by_arrival).alias("pos"), F.lag("seq", 1).over(by_arrival).alias("_prev")
+    )
+    df = df.select("*", F.sum(step).over(running).alias("useq"))
+    last_max = F.max("useq").over(before)
+    return df.select(
+        "*", F.coalesce(F.col("useq") - last_max, F.lit(1).cast("long")).alias("lead_calc")
+    ).select(*LEAD_COLS)
+
+
+def transform_order(df: DataFrame) -> DataFrame:
+    """Duplicates, late arrivals, reorder depth, lateness and gaps never filled, per lead domain.
+
+    One more sort of the same partitions, by useq descending then arrival: the row before a
+    first arrival is the next higher seq ever received (gap) or an earlier copy (duplicate), and
+    the nearest earlier row with lead > 0 is the arrival that first overtook it.
+    """
+    by_seq = Window.partitionBy(*LEAD_KEY).orderBy(F.col("useq").desc(), F.col("arrival").asc())
+    above_rows = by_seq.rowsBetween(Window.unboundedPreceding, -1)
+    whole = by_seq.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    new_max = F.col("lead_calc") > 0
+    df = df.select(
+        "*",
+        F.lag("useq", 1).over(by_seq).alias("_above"),
+        F.last(F.when(new_max, F.col("pos")), ignorenulls=True).over(above_rows).alias("_over_pos"),
+        F.last(F.when(new_max, F.col("rx_us")), ignorenulls=True).over(above_rows).alias("_over_rx"),
+        F.min("useq").over(whole).alias("_min_useq"),
+    ).withColumn("dup_calc", F.coalesce(F.col("_above") == F.col("useq"), F.lit(False)))
+    late = ~F.col("dup_calc") & (F.col("lead_calc") < 0)
+    first = ~F.col("dup_calc")
+    return (
+        df.withColumn("late", late)
+        .withColumn("lateness_seq", F.when(late, -F.col("lead_calc")).otherwise(F.lit(0).cast("long")))
+        .withColumn("reorder_depth", F.when(late, F.col("pos") - F.col("_over_pos")).otherwise(F.lit(0)))
+        .withColumn("lateness_us", F.when(late, F.col("rx_us") - F.col("_over_rx")).otherwise(F.lit(0)))
+        .withColumn(
+            "gap_after",
+            F.when(first & F.col("_above").isNotNull(), F.col("_above") - F.col("useq") - 1).otherwise(0),
+        )
+        .withColumn(
+            "report_head_missing",
+            F.when(
+                first & (F.col("kind") == "report") & (F.col("useq") == F.col("_min_useq")),
+                F.greatest(F.col("useq") - 1, F.lit(0)),
+            ).otherwise(F.lit(0)),
+        )
+        .select(*ROW_COLS)
+    )
+
+
+def lead_bucket_order(lead: Column) -> Column:
+    expr = None
+    for i, (_, lo, hi) in enumerate(LEAD_BUCKETS):
+        cond = F.lit(True)
+        if lo is not None:
+            cond = cond & (lead >= lo)
+        if hi is not None:
+            cond = cond & (lead <= hi)
+        expr = F.when(cond, F.lit(i)) if expr is None else expr.when(cond, F.lit(i))
+    assert expr is not None
+    return expr
+
+
+def _bucket_label(order: Column) -> Column:
+    expr = None
+    for i, (label, _, _) in enumerate(LEAD_BUCKETS):
+        expr = F.when(order == i, F.lit(label)) if expr is None else expr.when(order == i, F.lit(label))
+    assert expr is not None
+    return expr
+
+
+# ------------------------------------------------------------------------------------ aggregates
+def transform_channel_windows(rows: DataFrame) -> DataFrame:
+    """Per device, kind, channel, firmware, transport and time window: the counting metrics."""
+    lead = F.col("lead_calc")
+    late = F.col("late")
+    return (
+        rows.groupBy(*DIMS)
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            _n(~F.col("dup_calc")).alias("unique"),
+            _n(F.col("dup_calc")).alias("duplicates"),
+            _n(F.col("duplicate")).alias("duplicate_flagged"),
+            _n(F.col("duplicate") != F.col("dup_calc")).alias("dup_flag_mismatches"),
+            _n(F.col("retransmission")).alias("retransmissions"),
+            _n(late).alias("late"),
+            F.sum("lateness_seq").alias("lateness_seq_sum"),
+            F.max("lateness_seq").alias("lateness_seq_max"),
+            F.max("lateness_us").alias("lateness_us_max"),
+            F.sum("reorder_depth").cast("long").alias("reorder_depth_sum"),
+            F.max("reorder_depth").cast("long").alias("reorder_depth_max"),
+            _n(lead == 1).alias("lead_eq1"),
+            _n(lead == 0).alias("lead_eq0"),
+            _n(lead > 1).alias("lead_gt1"),
+            _n(lead < 0).alias("lead_lt0"),
+            F.sum(F.when(lead > 1, lead - 1).otherwise(F.lit(0))).cast("long").alias("skipped"),
+            F.sum("gap_after").cast("long").alias("lost"),
+            F.sum("report_head_missing").cast("long").alias("report_head_missing"),
+            _n(F.col("lead") != lead).alias("lead_mismatches"),
+            F.sum("payload_bytes").cast("long").alias("payload_bytes"),
+        )
+        .withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
+        .select(*CHANNEL_WINDOW_COLS)
+    )
+
+
+def transform_lead_histogram(rows: DataFrame) -> DataFrame:
+    """Recomputed lead in buckets (1, 0, >1, <0 split by size) per kind, firmware and transport."""
+    return (
+        rows.groupBy(
+            "kind",
+            "firmware_version",
+            "transport",
+            lead_bucket_order(F.col("lead_calc")).alias("bucket_order"),
+        )
+        .agg(F.count(F.lit(1)).alias("n"))
+        .withColumn("bucket", _bucket_label(F.col("bucket_order")))
+        .select(*HISTOGRAM_COLS)
+    )
+
+
+def transform_mismatches(rows: DataFrame) -> DataFrame:
+    """Rows where the bridge's stored lead or duplicate flag disagrees with the recomputation."""
+    bad = (F.col("lead") != F.col("lead_calc")) | (F.col("duplicate") != F.col("dup_calc"))
+    return rows.where(bad).select(*MISMATCH_COLS)
+
+
+def transform_latency_counts(rows: DataFrame) -> DataFrame:
+    """Latency values (us) with their multiplicity per device: the exact-percentile building block.
+
+    rx_to_commit = host_commit_ts - host_rx_ts (bridge); gen_to_rx = host_rx_ts - gen_ts (end to
+    end, only where gen_ts is known).
+    """
+    long = rows.select(
+        "device_id",
+        "firmware_version",
+        "transport",
+        F.explode(
+            F.array(
+                F.struct(F.lit("rx_to_commit").alias("metric"), F.col("commit_us").alias("value_us")),
+                F.struct(F.lit("gen_to_rx").alias("metric"), F.col("e2e_us").alias("value_us")),
+            )
+        ).alias("m"),
+    ).select("device_id", "firmware_version", "transport", "m.metric", "m.value_us")
+    return (
+        long.where(F.col("value_us").isNotNull())
+        .groupBy("device_id", "firmware_version", "transport", "metric", "value_us")
+        .agg(F.count(F.lit(1)).alias("n"))
+        .select(*LATENCY_COUNT_COLS)
+    )
+
+
+def transform_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
+    """Exact percentiles (linear interpolation between order statistics, like numpy's default and
+    DuckDB's quantile_cont) from a (value_us, n) multiset, per `by` + metric."""
+    part = [*by, "metric"]
+    agg = counts.groupBy(*part, "value_us").agg(F.sum("n").alias("n"))
+    ordered = Window.partitionBy(*part).orderBy("value_us")
+    running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    agg = agg.withColumn("_cum", F.sum("n").over(running)).withColumn("_total", F.sum("n").over(whole))
+    # the value at 0-based rank r is on the row with _cum - n <= r < _cum
+    outs = []
+    for p in PERCENTILES:
+        pos = (F.col("_total") - 1).cast("double") * F.lit(p)
+        for side, r in (("lo", F.floor(pos)), ("hi", F.ceil(pos))):
+            hit = (F.col("_cum") - F.col("n") <= r) & (r < F.col("_cum"))
+            outs.append(F.min(F.when(hit, F.col("value_us"))).alias("_%s_%d" % (side, round(p * 1000))))
+    res = agg.groupBy(*part).agg(F.max("_total").alias("n"), *outs)
+    cols = []
+    for p in PERCENTILES:
+        pos = (F.col("n") - 1).cast("double") * F.lit(p)
+        lo = F.col("_lo_%d" % round(p * 1000)).cast("double")
+        hi = F.col("_hi_%d" % round(p * 1000)).cast("double")
+        cols.append((lo + (hi - lo) * (pos - F.floor(pos))).alias("p%g" % (p * 100)))
+    return res.select(*by, "metric", "n", *cols)
+
+
+def _latency_wide(pct: DataFrame, by: list[str]) -> DataFrame:
+    """One row per `by` with <metric>_p<q>_us columns."""
+    aggs = []
+    for m in LATENCY_METRICS:
+        for p in PERCENTILES:
+            name = "p%g" % (p * 100)
+            aggs.append(F.max(F.when(F.col("metric") == m, F.col(name))).alias("%s_%s_us" % (m, name)))
+    return pct.groupBy(*by).agg(*aggs) if by else pct.agg(*aggs)
+
+
+def transform_recoveries(losses: DataFrame, window_seconds: int = 3600) -> DataFrame:
+    """Recovery phases (spec 004 case 3) per device, firmware, transport, window and cause."""
+    started = F.unix_micros("started_ts")
+    dur = F.unix_micros("ended_ts") - started
+    return (
+        losses.select(
+            "device_id",
+            "firmware_version",
+            "transport",
+            "cause",
+            "lost",
+            "recovered",
+            "ended_ts",
+            window_start(started, window_seconds).alias("window_start"),
+            dur.alias("_dur"),
+        )
+        .groupBy(*RECOVERY_DIMS)
+        .agg(
+            F.count(F.lit(1)).alias("phases"),
+            F.coalesce(F.sum("lost"), F.lit(0)).cast("long").alias("lost_exact"),
+            _n(F.col("lost").isNull()).alias("lost_unknown"),
+            F.sum("recovered").cast("long").alias("recovered"),
+            _n(F.col("ended_ts").isNull()).alias("unfinished"),
+            F.coalesce(F.sum("_dur"), F.lit(0)).cast("long").alias("duration_us_sum"),
+            F.coalesce(F.max("_dur"), F.lit(0)).cast("long").alias("duration_us_max"),
+        )
+        .select(*RECOVERY_COLS)
+    )
+
+
+def transform_restarts(boots: DataFrame, window_seconds: int = 3600) -> DataFrame:
+    """Boots per device window; every boot after a device's first one seen is a restart.
+
+    The same boot reported by two bridges counts once (earliest first_seen_ts wins).
+    """
+    same_boot = Window.partitionBy("device_id", "boot_epoch", "boots").orderBy("first_seen_ts", "bridge_id")
+    per_device = Window.partitionBy("device_id").orderBy("first_seen_ts", "boots", "boot_epoch")
+    first_seen = F.unix_micros("first_seen_ts")
+    return (
+        boots.withColumn("_copy", F.row_number().over(same_boot))
+        .where(F.col("_copy") == 1)
+        .withColumn("_nth", F.row_number().over(per_device))
+        .select(
+            "device_id",
+            "firmware_version",
+            "transport",
+            "detected_by",
+            "_nth",
+            window_start(first_seen, window_seconds).alias("window_start"),
+        )
+        .groupBy(*RESTART_DIMS)
+        .agg(
+            F.count(F.lit(1)).alias("boots_seen"),
+            _n(F.col("_nth") > 1).alias("restarts"),
+            _n(F.col("detected_by") == "recovery").alias("detected_by_recovery"),
+        )
+        .select(*RESTART_COLS)
+    )
+
+
+def _recovery_rollup(rec: DataFrame, by: list[str]) -> DataFrame:
+    return rec.groupBy(*by).agg(
+        F.sum("phases").cast("long").alias("recovery_phases"),
+        F.sum(F.when(F.col("cause") == "overrun", F.col("phases")).otherwise(0))
+        .cast("long")
+        .alias("overruns"),
+        F.sum("lost_exact").cast("long").alias("events_lost_exact"),
+        F.sum("lost_unknown").cast("long").alias("unknown_loss_recoveries"),
+        F.sum("duration_us_sum").cast("long").alias("recovery_us_sum"),
+        F.max("duration_us_max").cast("long").alias("recovery_us_max"),
+    )
+
+
+def _restart_rollup(rst: DataFrame, by: list[str]) -> DataFrame:
+    return rst.groupBy(*by).agg(
+        F.sum("boots_seen").cast("long").alias("boots_seen"),
+        F.sum("restarts").cast("long").alias("restarts"),
+    )
+
+
+_ZERO_FILL = [
+    "boots_seen",
+    "restarts",
+    "recovery_phases",
+    "overruns",
+    "events_lost_exact",
+    "unknown_loss_recoveries",
+    "recovery_us_sum",
+    "recovery_us_max",
+]
+
+
+def _fill_counts(df: DataFrame, cols: list[str]) -> DataFrame:
+    return df.fillna(0, subset=cols)
+
+
+def transform_devices(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat_counts: DataFrame) -> DataFrame:
+    """One row per device over the whole input: counts, rates, restarts, recoveries, latency."""
+    base = cw.groupBy("device_id").agg(
+        F.array_join(F.array_sort(F.collect_set("firmware_version")), ",").alias("firmware_versions"),
+        F.array_join(F.array_sort(F.collect_set("transport")), ",").alias("transports"),
+        *(F.sum(c).cast("long").alias(c) for c in SUM_COLS),
+        *(F.max(c).cast("long").alias(c) for c in MAX_COLS),
+    )
+    lat = _latency_wide(transform_percentiles(lat_counts, ["device_id"]), ["device_id"])
+    out = (
+        base.join(_recovery_rollup(rec, ["device_id"]), on="device_id", how="full")
+        .join(_restart_rollup(rst, ["device_id"]), on="device_id", how="full")
+        .join(lat, on="device_id", how="left")
+    )
+    out = _fill_counts(out, [*SUM_COLS, *MAX_COLS, *_ZERO_FILL])
+    return (
+        out.withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
+        .withColumn("dup_rate", _ratio("duplicates", F.col("messages")))
+        .withColumn("late_rate", _ratio("late", F.col("messages")))
+        .select(*DEVICE_COLS)
+    )
+
+
+def transform_worst(devices: DataFrame, n: int = 10) -> DataFrame:
+    """The n devices with the highest loss rate (ties: more lost, more late, device_id)."""
+    order = [F.col("loss_rate").desc(), F.col("lost").desc(), F.col("late").desc(), F.col("device_id").asc()]
+    top = devices.orderBy(*order).limit(n)
+    # single partition on purpose: at most n rows
+    return top.withColumn("rank", F.row_number().over(Window.orderBy(*order))).select(*WORST_COLS)
+
+
+def transform_compare(
+    cw: DataFrame, rec: DataFrame, rst: DataFrame, lat_counts: DataFrame, dim: str
+) -> DataFrame:
+    """Fleet metrics side by side for each value of `dim` (firmware_version or transport)."""
+    base = cw.groupBy(dim).agg(
+        F.countDistinct("device_id").alias("devices"),
+        *(F.sum(c).cast("long").alias(c) for c in COMPARE_SUMS),
+        F.max("reorder_depth_max").cast("long").alias("reorder_depth_max"),
+    )
+    lat = _latency_wide(transform_percentiles(lat_counts, [dim]), [dim])
+    out = (
+        base.join(_recovery_rollup(rec, [dim]), on=dim, how="full")
+        .join(_restart_rollup(rst, [dim]), on=dim, how="full")
+        .join(lat, on=dim, how="left")
+    )
+    out = _fill_counts(out, ["devices", *COMPARE_SUMS, "reorder_depth_max", *_ZERO_FILL])
+    return (
+        out.withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
+        .withColumn("dup_rate", _ratio("duplicates", F.col("messages")))
+        .withColumn("late_rate", _ratio("late", F.col("messages")))
+        .select(
+            dim,
+            "devices",
+            *COMPARE_SUMS,
+            "reorder_depth_max",
+            "loss_rate",
+            "dup_rate",
+            "late_rate",
+            *_ZERO_FILL,
+            *LATENCY_WIDE,
+        )
+    )
+
+
+def transform_loss_over_time(cw: DataFrame, rec: DataFrame, rst: DataFrame) -> DataFrame:
+    """Per time window and transport: messages, gaps never filled, loss rate, overruns, restarts."""
+    dims = ["window_start", "transport"]
+    base = cw.groupBy(*dims).agg(
+        F.sum("messages").cast("long").alias("messages"),
+        F.sum("unique").cast("long").alias("unique"),
+        F.sum("lost").cast("long").alias("lost"),
+    )
+    out = base.join(_recovery_rollup(rec, dims), on=dims, how="full").join(
+        _restart_rollup(rst, dims), on=dims, how="full"
+    )
+    out = _fill_counts(out, ["messages", "unique", "lost", "overruns", "events_lost_exact", "restarts"])
+    return out.withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost"))).select(
+        *LOSS_TIME_COLS
+    )
+
+
+def transform_fleet_latency(lat_counts: DataFrame) -> DataFrame:
+    """Fleet-wide exact latency percentiles per metric."""
+    return transform_percentiles(lat_counts, []).select(*LATENCY_COLS)
+
+
+SUMMARY_COLS = [
+    "devices",
+    *SUM_COLS,
+    *MAX_COLS,
+    "loss_rate",
+    "dup_rate",
+    "late_rate",
+    "boots_seen",
+    "restarts",
+    "recovery_phases",
+    "overruns",
+    "events_lost_exact",
+    "unknown_loss_recoveries",
+    "recovery_us_sum",
+    "recovery_us_max",
+    *LATENCY_WIDE,
+]
+
+
+def transform_summary(devices: DataFrame, fleet_latency: DataFrame) -> DataFrame:
+    """One row: the fleet totals (sums and maxima over devices) and fleet latency percentiles."""
+    sums = [
+        *SUM_COLS,
+        "boots_seen",
+        "restarts",
+        "recovery_phases",
+        "overruns",
+        "events_lost_exact",
+        "unknown_loss_recoveries",
+        "recovery_us_sum",
+    ]
+    maxes = [*MAX_COLS, "recovery_us_max"]
+    tot = devices.agg(
+        F.count(F.lit(1)).alias("devices"),
+        *(F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c) for c in sums),
+        *(F.coalesce(F.max(c), F.lit(0)).cast("long").alias(c) for c in maxes),
+    )
+    lat = _latency_wide(fleet_latency, [])
+    return (
+        tot.crossJoin(lat)
+        .withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
+        .withColumn("dup_rate", _ratio("duplicates", F.col("messages")))
+        .withColumn("late_rate", _ratio("late", F.col("messages")))
+        .select(*SUMMARY_COLS)
+    )
