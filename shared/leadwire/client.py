@@ -18,7 +18,7 @@
 # RECOVERY follows another with no event received in between, the client starts a quarter of the
 # held range past n0 instead; the events it skips are counted in the loss, exactly (Loss.skipped).
 from leadwire import messages, wire
-from leadwire.u32 import add, distance, le, lt, pred, succ
+from leadwire.u32 import MASK, add, distance, le, lt, pred, succ
 
 HANDSHAKE = "handshake"
 POLLING = "polling"
@@ -152,7 +152,7 @@ class PollClient:
         if not recs:
             raise wire.WireError(wire.E_PAYLOAD, "empty batch")
         first = frame.seq
-        out = [(add(first, i), ch, data) for i, (ch, data) in enumerate(recs)]
+        out = [((first + i) & MASK, r[0], r[1]) for i, r in enumerate(recs)]
         self.n = add(first, len(recs) - 1)
         self.fresh = False
         self._chasing = False

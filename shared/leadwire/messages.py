@@ -58,18 +58,22 @@ def decode_records(payload):
     """-> (backlog, [(channel, data), ...]); WireError(E_PAYLOAD) if the layout is broken."""
     n = len(payload)
     _need(n >= BATCH_HEAD, "batch header")
+    if not isinstance(payload, bytes):
+        payload = bytes(payload)  # one copy; the records are then slices (bytes) of it
     count = payload[0]
     backlog = (payload[1] << 8) | payload[2]
     pos = BATCH_HEAD
     records = []
+    append = records.append
     for _ in range(count):
-        _need(pos + RECORD_HEAD <= n, "record header")
-        ch = payload[pos]
-        ln = (payload[pos + 1] << 8) | payload[pos + 2]
-        pos += RECORD_HEAD
-        _need(pos + ln <= n, "record data")
-        records.append((ch, bytes(payload[pos : pos + ln])))
-        pos += ln
+        end = pos + RECORD_HEAD
+        if end > n:
+            raise wire.WireError(wire.E_PAYLOAD, "record header")
+        end += (payload[pos + 1] << 8) | payload[pos + 2]
+        if end > n:
+            raise wire.WireError(wire.E_PAYLOAD, "record data")
+        append((payload[pos], payload[pos + RECORD_HEAD : end]))
+        pos = end
     _need(pos == n, "trailing bytes")
     return backlog, records
 
