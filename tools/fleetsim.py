@@ -1,8 +1,12 @@
 """Many simulated devices (tools/simdevice.py) for benchmarks and demos.
 
-Runs ``--devices`` devices split over ``--procs`` worker processes (one event loop each), prints
-one JSON line ``{"devices": [{"id": ..., "udp": "127.0.0.1:PORT"}, ...], "pids": [...]}`` and,
-with ``--config PATH``, writes a bridge.toml polling all of them. Stops on SIGTERM/SIGINT.
+Runs ``--devices`` devices split over ``--procs`` worker processes, prints one JSON line
+``{"devices": [{"id": ..., "udp": "127.0.0.1:PORT"}, ...], "pids": [...]}`` and, with
+``--config PATH``, writes a bridge.toml polling all of them. Stops on SIGTERM/SIGINT.
+
+By default the workers are the light simulator (``simdevice --fast``: VirtualRing, one epoll loop,
+answers computed when polled), so that on a small machine the simulators leave the CPU to the
+bridge being measured; ``--core`` runs full SimCore devices (EventRing, push sessions) instead.
 
     python -m leadwire.tools.fleetsim --devices 1000 --rate 10 --config /tmp/fleet.toml
     leadwire bridge --config /tmp/fleet.toml
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -34,6 +39,7 @@ class Fleet:
         seed: int = 0,
         payload: int = 16,
         tick: float = 0.01,
+        fast: bool = True,
     ) -> None:
         self.procs: list[subprocess.Popen[str]] = []
         self.devices: list[dict[str, Any]] = []
@@ -45,7 +51,7 @@ class Fleet:
             p = subprocess.Popen(
                 [sys.executable, "-m", WORKER, "--devices", str(count), "--rate", str(rate), "--capacity",
                  str(capacity), "--seed", str(seed), "--payload", str(payload), "--tick", str(tick),
-                 "--first-index", str(first)],
+                 "--first-index", str(first), *(["--fast"] if fast else [])],
                 stdout=subprocess.PIPE,
                 text=True,
             )  # fmt: skip
@@ -58,6 +64,18 @@ class Fleet:
                 self.close()
                 raise RuntimeError("a simulator process did not start")
             self.devices.extend(json.loads(line)["devices"])
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the worker processes have used so far (Linux /proc)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for p in self.procs:
+            try:
+                fields = Path("/proc/%d/stat" % p.pid).read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError, ValueError):
+                pass
+        return total
 
     def config(self, path: Path, store: str, **polling: Any) -> Path:
         lines = ["[bridge]", 'id = "fleetsim"', "[store]", 'path = "%s"' % store, "[polling]"]
@@ -95,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", type=Path, default=None, help="write a bridge.toml for these devices")
     ap.add_argument("--store", default="fleetsim.db")
+    ap.add_argument("--core", action="store_true", help="full SimCore devices instead of the light simulator")
     args = ap.parse_args(argv)
-    with Fleet(args.devices, args.rate, args.procs, args.capacity, args.seed, args.payload) as fleet:
+    with Fleet(
+        args.devices, args.rate, args.procs, args.capacity, args.seed, args.payload, fast=not args.core
+    ) as fleet:
         if args.config:
             fleet.config(args.config, args.store)
         print(json.dumps({"devices": fleet.devices, "pids": [p.pid for p in fleet.procs]}), flush=True)

@@ -10,7 +10,14 @@ pseudo-terminal with COBS framing (:class:`SimSerial`), with injectable faults (
 delayed or corrupted answers; ignored ACKs). :class:`SimFleet` runs many devices in one event
 loop with one generator task.
 
-    python -m leadwire.tools.simdevice --devices 10 --rate 100     # prints one JSON line, runs
+:class:`VirtualRing` and :func:`serve_fast` are the light simulator for benchmarks: the same
+answers as an ``EventRing`` fed by the generator (checked byte for byte in
+tests/bridge/test_simdevice.py), computed when a poll arrives instead of written event by event,
+with the generation time of event i fixed in advance (t0 + i / rate), built with one struct call
+per answer, served by one epoll loop over all the devices' sockets. No push sessions, no faults.
+
+    python -m leadwire.tools.simdevice --devices 10 --rate 100          # prints one JSON line, runs
+    python -m leadwire.tools.simdevice --fast --devices 1000 --rate 20  # the light simulator
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import asyncio
 import json
 import os
 import random
+import select
 import signal
+import socket
 import struct
 import sys
 import time
@@ -28,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leadwire import codec, framing, messages, wire
+from leadwire.crc16 import crc16
 from leadwire.frames import FrameQueue
 from leadwire.reports import ReportSequence
 from leadwire.ring import EventRing
@@ -427,6 +437,165 @@ class SimFleet:
             link.close()  # type: ignore[attr-defined]
 
 
+_HEAD = struct.Struct(">BBBBHI")  # the frame header (wire.py), for answers built in one call
+
+
+class VirtualRing:
+    """A simulated device whose ring is computed, not written: event i of the boot (offset
+    start + i, channel 1 + i % channels, payload ``EVENT.pack(gen_us(i), index, i)`` + zero padding)
+    exists from ``gen_us(i) = t0_us + int(i * 1e6 / rate)`` on, and the ring holds the last
+    ``capacity`` of them. Answers HELLO and POLL exactly as ``SimCore`` with an ``EventRing`` fed the
+    same events would (spec 004: EVENTS from s(n), NO_EVENT, RECOVERY with the boot epoch).
+    """
+
+    def __init__(
+        self,
+        index: int,
+        rate: float,
+        capacity: int = 1024,
+        payload_size: int = 16,
+        channels: int = 3,
+        seed: int = 0,
+        t0_us: int | None = None,
+        start: int | None = None,
+        limit: int | None = None,
+    ) -> None:
+        if not 1 <= capacity <= 65535 or rate < 0:
+            raise ValueError("capacity 1..65535, rate >= 0")
+        self.index = index
+        self.rate = rate
+        self.period = 1e6 / rate if rate > 0 else 0.0
+        self.capacity = capacity
+        self.payload_size = max(EVENT.size, payload_size)
+        self.channels = channels
+        self.limit = limit
+        rng = random.Random(seed * 1_000_003 + index)
+        self.epoch = rng.getrandbits(32)
+        self.start = rng.getrandbits(32) if start is None else start & 0xFFFFFFFF
+        self.t0_us = now_us() if t0_us is None else t0_us
+        self.board_id = "sim-%d" % index
+        self.answers = 0
+        self.bad_frames = 0
+        self._rec = 3 + self.payload_size
+        self._fmt = "BHQII%dx" % (self.payload_size - EVENT.size)
+        self._structs: dict[int, struct.Struct] = {}
+
+    def generated(self, now: int) -> int:
+        """Events generated up to now (us)."""
+        if self.rate <= 0 or now < self.t0_us:
+            return 0
+        g = int((now - self.t0_us) / self.period) + 1
+        while self.gen_us(g) <= now:  # float rounding at the boundary: exactly the i with gen_us(i) <= now
+            g += 1
+        while g and self.gen_us(g - 1) > now:
+            g -= 1
+        return g if self.limit is None else min(g, self.limit)
+
+    def gen_us(self, i: int) -> int:
+        return self.t0_us + int(i * self.period)
+
+    def payload(self, i: int) -> bytes:
+        return EVENT.pack(self.gen_us(i), self.index, i & 0xFFFFFFFF) + bytes(self.payload_size - EVENT.size)
+
+    def hello(self, tag: int) -> bytes:
+        slot = max(32, self.payload_size)  # SimCore's default slot, or one that fits the payload
+        h = messages.Hello(self.epoch, self.capacity, slot, 1024, 1, self.board_id, "sim-0.1", "sim")
+        return codec.encode(messages.hello_frame(h, tag))
+
+    def handle(self, data: bytes, now: int) -> bytes | None:
+        """The answer to one request (HELLO or POLL), or None."""
+        n = len(data)
+        if wire.check(data, n):
+            self.bad_frames += 1
+            return None
+        t = data[0] & 0x1F
+        tag = data[3]
+        if t == wire.HELLO and n == wire.OVERHEAD:
+            return self.hello(tag)
+        if t != wire.POLL or n != wire.OVERHEAD + 4:
+            self.bad_frames += 1
+            return None
+        self.answers += 1
+        seq, me, mb = struct.unpack_from(">IHH", data, 6)
+        g = self.generated(now)
+        count = min(g, self.capacity)
+        newest = (self.start + g - 1) & 0xFFFFFFFF
+        d = (newest - seq) & 0xFFFFFFFF
+        if count == 0 or d == 0:
+            return self._seal(_HEAD.pack(0x20 | wire.NO_EVENT, 0x10, 0, tag, 0, seq))
+        if d > count:
+            n0 = (newest - count + 1) & 0xFFFFFFFF
+            return self._seal(
+                _HEAD.pack(0x20 | wire.RECOVERY, 0x10, 0, tag, 8, n0) + struct.pack(">II", newest, self.epoch)
+            )
+        budget = min(mb, wire.MAX_PAYLOAD)
+        k = min(me, wire.MAX_BATCH, d, max(1, (budget - wire.BATCH_HEAD) // self._rec))
+        first = g - d
+        backlog = d - k
+        st = self._structs.get(k)
+        if st is None:
+            st = self._structs[k] = struct.Struct(">BBB" + self._fmt * k)
+        t0 = self.t0_us
+        per = self.period
+        ch = self.channels
+        size = self.payload_size
+        idx = self.index
+        args = [
+            v
+            for i in range(first, first + k)
+            for v in (1 + i % ch, size, t0 + int(i * per), idx, i & 0xFFFFFFFF)
+        ]
+        body = st.pack(k, backlog >> 8, backlog & 0xFF, *args)
+        s1 = (seq + 1) & 0xFFFFFFFF
+        return self._seal(_HEAD.pack(0x20 | wire.EVENTS, 0x10, 0, tag, len(body), s1) + body)
+
+    @staticmethod
+    def _seal(frame: bytes) -> bytes:
+        c = crc16(frame, 0, len(frame))
+        return frame + bytes((c >> 8, c & 0xFF))
+
+
+def serve_fast(
+    rings: list[VirtualRing], ready: Any = None, stop: Any = None, host: str = "127.0.0.1"
+) -> None:
+    """Serve every ring on its own UDP socket from one epoll loop until stop() is true (or a signal).
+
+    ready(descriptions) is called once the sockets are bound."""
+    ep = select.epoll()
+    socks: dict[int, tuple[socket.socket, VirtualRing]] = {}
+    desc = []
+    for r in rings:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setblocking(False)
+        s.bind((host, 0))
+        socks[s.fileno()] = (s, r)
+        ep.register(s.fileno(), select.EPOLLIN)
+        desc.append({"id": r.board_id, "udp": "%s:%d" % s.getsockname()[:2]})
+    if ready is not None:
+        ready(desc)
+    try:
+        while stop is None or not stop():
+            for fd, _ in ep.poll(0.2):
+                s, r = socks[fd]
+                while True:
+                    try:
+                        data, addr = s.recvfrom(4096)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:
+                        continue
+                    out = r.handle(data, time.time_ns() // 1000)
+                    if out is not None:
+                        try:
+                            s.sendto(out, addr)
+                        except OSError:
+                            pass
+    finally:
+        ep.close()
+        for s, _ in socks.values():
+            s.close()
+
+
 def raise_nofile() -> None:
     """Many devices need many sockets: lift the soft open-files limit to the hard one."""
     try:
@@ -470,8 +639,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tick", type=float, default=0.01)
     p.add_argument("--duration", type=float, default=0.0)
     p.add_argument("--first-index", type=int, default=0, help="index of the first device (its id sim-INDEX)")
+    p.add_argument(
+        "--fast", action="store_true", help="the light simulator (VirtualRing; HELLO and POLL only)"
+    )
     args = p.parse_args(argv)
+    if args.fast:
+        return _main_fast(args)
     asyncio.run(_main(args))
+    return 0
+
+
+def _main_fast(args: argparse.Namespace) -> int:
+    raise_nofile()
+    rings = [
+        VirtualRing(
+            args.first_index + i, args.rate, args.capacity, args.payload, seed=args.seed, limit=args.limit
+        )
+        for i in range(args.devices)
+    ]
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+    end = time.monotonic() + args.duration if args.duration else None
+
+    def ready(desc: list[dict[str, Any]]) -> None:
+        print(json.dumps({"pid": os.getpid(), "devices": desc}), flush=True)
+
+    def done() -> bool:
+        return bool(stop) or (end is not None and time.monotonic() >= end)
+
+    serve_fast(rings, ready, done)
+    now = now_us()
+    print(json.dumps({"generated": sum(r.generated(now) for r in rings)}), flush=True)
     return 0
 
 

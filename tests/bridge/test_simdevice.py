@@ -1,0 +1,50 @@
+"""The light benchmark simulator (VirtualRing) answers exactly like the core's EventRing."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from leadwire import codec, messages
+from leadwire.tools.simdevice import SimCore, VirtualRing
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def pair(rate: float, capacity: int, payload: int, start: int, seed: int = 3) -> tuple[VirtualRing, SimCore]:
+    vr = VirtualRing(7, rate, capacity, payload, seed=seed, t0_us=1_700_000_000_000_000, start=start)
+    slot = max(32, payload)
+    core = SimCore(7, capacity=capacity, slot_size=slot, seed=seed, start=start, payload_size=payload)
+    assert (core.epoch, core.start) == (vr.epoch, vr.start)
+    return vr, core
+
+
+@pytest.mark.parametrize("payload", [16, 64])
+@pytest.mark.parametrize("start", [0xFFFFFFF0, 12345])
+def test_virtual_ring_answers_byte_for_byte_like_event_ring(payload: int, start: int) -> None:
+    rng = random.Random(payload * 7 + start)
+    vr, core = pair(rate=3.0, capacity=16, payload=payload, start=start)
+    tag = 0
+    for _ in range(400):
+        # the device side advances to a random time: both rings hold the same events
+        now = vr.gen_us(core.generated + rng.randrange(0, 6)) + rng.randrange(0, 3)
+        for i in range(core.generated, vr.generated(now)):
+            core.write_events(1, vr.gen_us(i))
+        assert core.generated == vr.generated(now)
+        # any n: before, inside and after the held range, and far away (recovery)
+        newest = core.ring.newest
+        n = rng.choice([newest, (newest - rng.randrange(0, 20)) & 0xFFFFFFFF, rng.getrandbits(32), 0])
+        tag = (tag + 1) & 0xFF
+        me, mb = rng.choice([1, 5, 64, 255]), rng.choice([16, 100, 2047])
+        req = codec.encode(messages.poll_frame(n, me, mb, tag))
+        assert vr.handle(req, now) == core.handle(req)[0]
+    hello = codec.encode(messages.hello_request(9))
+    assert vr.handle(hello, 0) == core.handle(hello)[0]
+
+
+def test_virtual_ring_generation_times_and_limit() -> None:
+    vr = VirtualRing(0, 1000.0, 64, 64, t0_us=1_000_000, limit=5)
+    assert vr.generated(999_999) == 0 and vr.generated(1_000_000) == 1 and vr.generated(1_002_500) == 3
+    assert vr.generated(10_000_000) == 5
+    assert vr.handle(b"\x00" * 12, 0) is None and vr.bad_frames == 1
