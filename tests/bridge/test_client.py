@@ -264,3 +264,23 @@ def test_property_every_event_is_stored_once_or_counted_lost(
     assert [a[A_SEQ] for a in firsts] == stored
     assert all(a[A_LEAD] >= 1 for a in firsts) and all(a[A_DUP] for a in cl.out_arrivals if a[A_LEAD] < 1)
     assert cl.lead.last("dev", EVENT_LEAD_CHANNEL) == stored[-1]
+
+
+def test_counters_json_is_exactly_json_dumps() -> None:
+    import json
+
+    from leadwire.bridge.client import CHANNEL_COUNTERS
+
+    cl, core, d = make_client(capacity=64, start=1000)
+    core.write_events(40)
+    d.run(6)
+    cl.dc["timeouts"] = 3
+    cl.cc[200] = [1, 2, 3, 4, 5]
+    want = json.dumps(
+        {
+            "device": cl.dc,
+            "channels": {str(ch): dict(zip(CHANNEL_COUNTERS, v, strict=True)) for ch, v in cl.cc.items()},
+        },
+        separators=(",", ":"),
+    )
+    assert cl.counters_json() == want and json.loads(cl.counters_json())["device"]["events_stored"] == 40
