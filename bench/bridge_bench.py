@@ -1,21 +1,26 @@
 """Bridge benchmark: ingest rate into the durable store vs SQLite's own batched inserts, devices per
 process at 10 Hz, generation-to-commit latency, and the effect of adaptive polling.
 
-    .venv/bin/python bench/bridge_bench.py            # full run (about 1.5 minutes)
-    .venv/bin/python bench/bridge_bench.py --quick    # smaller and shorter
+    .venv/bin/python bench/bridge_bench.py              # full run (about 3 minutes)
+    .venv/bin/python bench/bridge_bench.py --quick      # smaller and shorter
+    .venv/bin/python bench/bridge_bench.py --repeat 3   # offline phases 3 times, interleaved: medians
 
-Phases (one run, one machine; the simulated devices run in another process — tools/fleetsim.py —
-the bridge in this one, so on 2 cores each side has about one core):
+Phases (one run, one machine):
 
-1. SQLite baseline: executemany of the bridge's event rows in 10,000-row transactions into
-   (a) one plain events table, and (b) the bridge's own schema through ``Store.write`` (events +
-   arrival log + device rows), with no protocol work at all.
-2. Ingest: D devices producing events as fast as configured; the bridge polls them (adaptive,
-   batches of up to 255 events / 2,047 bytes) and commits. Events committed per second over the
-   measurement window, and the p99 of (commit time - generation time carried in each event).
-3. Fleet at 10 Hz: 1,000 devices polled every 100 ms (adaptive polling off): round trips per
-   second achieved, timeouts, p99 latency.
-4. Adaptive polling, in virtual time (sans-I/O client + simulated ring, deterministic): bursty
+1. SQLite alone, 64 B events in 10,000-row transactions, rows made beforehand: (a) a plain events
+   table keyed (dev, boot_epoch, offset), the yardstick; (b) schema 1's layout (events table +
+   arrival log, two rows per event), for reference; (c) the bridge's store (schema 2, one arrival
+   row per event with its payload, the partial unique index) through ``Store.write``.
+2. The bridge pipeline without network: answers made beforehand by the simulated devices; timed is
+   all the bridge does per answer (request + encode, decode + CRC, the core's PollClient, lead,
+   rows) and the commits, (a) on one thread, (b) with the store on its own thread as in the daemon.
+3. Live ingest: D devices (tools/fleetsim.py, light simulator, another process) producing 64 B
+   events; the bridge polls them (adaptive, up to 2,047-byte answers = 30 events) and commits.
+   Events committed per second, p50/p99 of (commit time - generation time carried in each event),
+   the CPU of the bridge process and of the simulator process.
+4. Fleet at 10 Hz: 1,000 devices polled every 100 ms (adaptive polling off): polls per second per
+   device achieved, timeouts, p99 latency, bridge and simulator CPU.
+5. Adaptive polling, in virtual time (sans-I/O client + simulated ring, deterministic): bursty
    traffic against fixed intervals and against the adaptive policy: polls sent and events lost.
 """
 
@@ -23,25 +28,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import platform
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from leadwire import codec, messages
 from leadwire.bridge import logs
 from leadwire.bridge.client import DeviceClient
 from leadwire.bridge.config import DeviceConfig, PollConfig, parse
 from leadwire.bridge.daemon import Bridge
-from leadwire.bridge.store import Batch, Store
+from leadwire.bridge.store import SEG_EVENT, Batch, Store, drain
 from leadwire.tools.fleetsim import Fleet
-from leadwire.tools.simdevice import EVENT, SimCore, raise_nofile
+from leadwire.tools.simdevice import SimCore, VirtualRing, raise_nofile
 
 ROW_BATCH = 10_000
+PAYLOAD = 64  # bytes per event: 16 (generation time, device, number) + 48 of padding
+PER_ANSWER = (2047 - 3) // (3 + PAYLOAD)  # 30 events of 64 B in the largest answer
 
 
 def pct(values: list[int], q: float) -> float:
@@ -51,14 +61,32 @@ def pct(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] / 1000.0  # us -> ms
 
 
-# -- 1. SQLite baseline ---------------------------------------------------------------------
+def fresh(path: Path) -> str:
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    return str(path)
 
 
-def sqlite_baseline(tmp: Path, rows: int) -> dict[str, float]:
-    payload = EVENT.pack(0, 0, 0)
-    ev = [(1, 7, i, 1 + i % 3, 0, payload, i + 1) for i in range(rows)]
-    db = tmp / "plain.db"
-    conn = sqlite3.connect(db, isolation_level=None)
+def order(rows: int, devices: int = 100) -> list[tuple[int, int]]:
+    """(device, offset) in the order a bridge receives them: answers of 30 events, devices in turn."""
+    out: list[tuple[int, int]] = []
+    offs = [0] * devices
+    i = 0
+    while len(out) < rows:
+        d = i % devices
+        out.extend((d + 1, offs[d] + k) for k in range(PER_ANSWER))
+        offs[d] += PER_ANSWER
+        i += 1
+    return out[:rows]
+
+
+# -- 1. SQLite alone --------------------------------------------------------------------------
+
+
+def sqlite_plain(tmp: Path, rows: int) -> float:
+    data = bytes(PAYLOAD)
+    ev = [(d, 7, o, 1 + i % 3, 0, data, i + 1) for i, (d, o) in enumerate(order(rows))]
+    conn = sqlite3.connect(fresh(tmp / "plain.db"), isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(
@@ -70,140 +98,221 @@ def sqlite_baseline(tmp: Path, rows: int) -> dict[str, float]:
         conn.execute("BEGIN")
         conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?)", ev[i : i + ROW_BATCH])
         conn.execute("COMMIT")
-    plain = rows / (time.perf_counter() - t0)
+    rate = rows / (time.perf_counter() - t0)
     conn.close()
+    return rate
 
-    store = Store(str(tmp / "schema.db"), "bench")
-    dev, _ = store.register("bench-dev", "sim", "-")
+
+_V1 = """
+CREATE TABLE events(dev INTEGER NOT NULL, boot_epoch INTEGER NOT NULL, offset INTEGER NOT NULL,
+    channel INTEGER NOT NULL, priority INTEGER NOT NULL, data BLOB NOT NULL, arrival INTEGER NOT NULL,
+    PRIMARY KEY(dev, boot_epoch, offset)) WITHOUT ROWID;
+CREATE TABLE arrivals(id INTEGER PRIMARY KEY, dev INTEGER NOT NULL, arrival INTEGER NOT NULL,
+    kind INTEGER NOT NULL, boot_epoch INTEGER NOT NULL, boots INTEGER NOT NULL, channel INTEGER NOT NULL,
+    session INTEGER NOT NULL, lead_channel INTEGER NOT NULL, seq INTEGER NOT NULL, lead INTEGER NOT NULL,
+    duplicate INTEGER NOT NULL, retransmission INTEGER NOT NULL, priority INTEGER NOT NULL,
+    payload_bytes INTEGER NOT NULL, frame_bytes INTEGER NOT NULL, gen_us INTEGER, rx_us INTEGER NOT NULL,
+    commit_us INTEGER NOT NULL);
+"""
+
+
+def sqlite_schema1(tmp: Path, rows: int) -> float:
+    """Schema 1 (until this change): an events row and an arrival row per event, same transaction."""
+    data = bytes(PAYLOAD)
     now = time.time_ns() // 1000
+    o = order(rows)
+    ev = [(d, 7, off, 1 + i % 3, 0, data, i + 1) for i, (d, off) in enumerate(o)]
     arr = [
-        (dev, i + 1, 0, 7, 1, 1 + i % 3, 0, -1, i, 1, False, False, 0, 16, 19, now, now) for i in range(rows)
+        (d, i + 1, 0, 7, 1, 1 + i % 3, 0, -1, off, 1, 0, 0, 0, 64, 67, now, now)
+        for i, (d, off) in enumerate(o)
     ]
-    ev2 = [(dev, *e[1:]) for e in ev]
-    snap = (0, 1, 7, 1, None, 0, 0, 0, "", "", "", "{}", dev)
+    conn = sqlite3.connect(fresh(tmp / "schema1.db"), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.executescript(_V1)
     t0 = time.perf_counter()
     for i in range(0, rows, ROW_BATCH):
+        conn.execute("BEGIN")
+        conn.executemany("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?)", ev[i : i + ROW_BATCH])
+        conn.executemany(
+            "INSERT INTO arrivals(dev, arrival, kind, boot_epoch, boots, channel, session, lead_channel, "
+            "seq, lead, duplicate, retransmission, priority, payload_bytes, frame_bytes, gen_us, rx_us, "
+            "commit_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,%d)" % now,
+            arr[i : i + ROW_BATCH],
+        )
+        conn.execute("COMMIT")
+    rate = rows / (time.perf_counter() - t0)
+    conn.close()
+    return rate
+
+
+def sqlite_store(tmp: Path, rows: int) -> float:
+    """The bridge's store (schema 2) through Store.write, rows as DeviceClient makes them."""
+    data = bytes(PAYLOAD)
+    store = Store(fresh(tmp / "schema2.db"), "bench", checkpoints=True)
+    keys = {d: store.register("bench-%d" % d, "sim", "-")[0] for d in range(1, 101)}
+    now = time.time_ns() // 1000
+    rws = [
+        (keys[d], i + 1, 7, 1, 1 + i % 3, off, 1, 0, 3, now, now, data)
+        for i, (d, off) in enumerate(order(rows))
+    ]
+    snaps = [(0, 1, 7, 1, None, 0, 0, 0, "", "", "", "{}", k) for k in keys.values()]
+    t0 = time.perf_counter()
+    for i in range(0, rows, ROW_BATCH):
+        part = rws[i : i + ROW_BATCH]
         store.write(
             Batch(
-                events=ev2[i : i + ROW_BATCH], arrivals=arr[i : i + ROW_BATCH], devices=[snap], commit_us=now
+                segments=[(SEG_EVENT, part)],
+                devices=snaps,
+                commit_us=now,
+                arrivals=len(part),
+                events=len(part),
             )
         )
-    schema = rows / (time.perf_counter() - t0)
+    rate = rows / (time.perf_counter() - t0)
     store.close()
-    return {"sqlite_plain_rows_per_s": plain, "sqlite_bridge_schema_events_per_s": schema}
+    return rate
 
 
-def pipeline(tmp: Path, events: int, devices: int = 100) -> dict[str, float]:
-    """Encoded EVENTS answers -> DeviceClient (PollClient, lead, rows) -> Store.write, one thread.
+# -- 2. the pipeline without network -----------------------------------------------------------
 
-    The answers are made beforehand by simulated devices; what is timed is exactly the bridge's work
-    per answer (decode + CRC, the spec 004 client, lead and arrival rows) and the store commits.
-    """
-    from leadwire import codec
-    from leadwire.bridge.store import drain
 
-    store = Store(str(tmp / "pipeline.db"), "bench")
+def prepare(store: Store, events: int, devices: int) -> tuple[list[DeviceClient], list[list[bytes]]]:
+    """Clients past their handshake, and for each the answers its next polls will get."""
     per = events // devices
-    work = []
-    clients = []
+    clients: list[DeviceClient] = []
+    work: list[list[bytes]] = []
+    t0 = 1_700_000_000_000_000
+    poll = PollConfig(batch=255, max_bytes=2047)
     for i in range(devices):
-        core = SimCore(i, capacity=per + 1, start=1000 * i)
-        key, st = store.register("p%d" % i, "sim", "-")
-        cl = DeviceClient(
-            key,
-            DeviceConfig("p%d" % i, "udp", timestamp="prefix_us"),
-            PollConfig(batch=100, max_bytes=2047),
-            st,
+        vr = VirtualRing(
+            i, 1000.0, capacity=min(65535, per + 1), payload_size=PAYLOAD, t0_us=t0, start=1000 * i
         )
-        for out in core.handle(codec.encode(cl.request(0.0))):  # HELLO
+        key, st = store.register("p%d" % i, "sim", "-")
+        cl = DeviceClient(key, DeviceConfig("p%d" % i, "udp", timestamp="prefix_us"), poll, st)
+        now = vr.gen_us(per - 1)
+        for _ in range(2):  # HELLO, then first contact (RECOVERY)
+            out = vr.handle(codec.encode(cl.request(0.0)), now)
+            assert out is not None
             cl.on_frame(codec.decode(out), len(out), 0.0, 1)
-        core.write_events(per)
-        for out in core.handle(codec.encode(cl.request(0.0))):  # first contact
-            cl.on_frame(codec.decode(out), len(out), 0.0, 1)
-        frames = []
-        n = cl.n
-        while True:  # the answers the bridge will get, one per poll
-            req = cl.request(0.0)
-            (out,) = core.handle(codec.encode(req))
+        # the answers to the polls this client will send: same n and tags as it will use
+        n, tag, frames = cl.n, cl.pc.tag, []
+        while True:
+            tag = (tag + 1) & 0xFF
+            out = vr.handle(codec.encode(messages.poll_frame(n, poll.batch, poll.max_bytes, tag)), now)
+            assert out is not None
             f = codec.decode(out)
             if f.type != 3:
                 break
-            frames.append((req, out))
-            cl.pc.n = (f.seq + f.payload[0] - 1) & 0xFFFFFFFF
-        cl.pc.n = n
-        cl.out_events.clear()
-        cl.out_arrivals.clear()
-        cl.out_losses.clear()
-        cl.out_boots.clear()
+            frames.append(out)
+            n = (f.seq + f.payload[0] - 1) & 0xFFFFFFFF
         clients.append(cl)
         work.append(frames)
     batch = Batch()
     drain(clients, batch)
     store.write(batch)
+    return clients, work
+
+
+def pipeline(tmp: Path, events: int, threaded: bool, devices: int = 100) -> float:
+    """Events/s through request -> encode -> decode + CRC -> DeviceClient -> Store.write."""
+    store = Store(fresh(tmp / "pipeline.db"), "bench", checkpoints=True)
+    clients, work = prepare(store, events, devices)
+    writer = concurrent.futures.ThreadPoolExecutor(1) if threaded else None
+    pending: concurrent.futures.Future[int] | None = None
+    base = sum(c.dc["events_stored"] for c in clients)
     total = 0
+    rows = 0
     t0 = time.perf_counter()
     rounds = max(len(w) for w in work)
     for r in range(rounds):
+        rx = time.time_ns() // 1000
         for cl, frames in zip(clients, work, strict=True):
             if r < len(frames):
-                req, out = frames[r]
-                cl.pc.tag = req.message_id  # the request this answer was made for
-                cl.outstanding = 3
-                cl.on_frame(codec.decode(out), len(out), 0.0, time.time_ns() // 1000)
-        if r % 5 == 4 or r == rounds - 1:  # a commit every 5 polls of every device (~10,000 events)
+                codec.encode(cl.request(0.0))  # what the daemon sends
+                out = frames[r]
+                cl.on_frame(codec.decode(out), len(out), 0.0, rx)
+                rows += len(out) // (3 + PAYLOAD)
+        if rows >= ROW_BATCH or r == rounds - 1:  # a commit every ~10,000 events
+            rows = 0
             batch = Batch(commit_us=time.time_ns() // 1000)
             drain(clients, batch)
-            total += len(batch.events)
-            store.write(batch)
+            total += batch.events
+            if writer is None:
+                store.write(batch)
+            else:
+                if pending is not None:
+                    pending.result()  # one transaction in flight, as in the daemon
+                pending = writer.submit(store.write, batch)
+    if pending is not None:
+        pending.result()
     dt = time.perf_counter() - t0
+    if writer is not None:
+        writer.shutdown()
     store.close()
-    return {"pipeline_events_per_s": total / dt, "pipeline_events": total}
+    assert total == sum(c.dc["events_stored"] for c in clients) - base
+    return total / dt
 
 
-# -- 2./3. live runs ------------------------------------------------------------------------
+# -- 3./4. live runs ------------------------------------------------------------------------
 
 
 async def live(
-    tmp: Path, name: str, fleet: Fleet, polling: dict[str, Any], warmup: float, seconds: float
+    tmp: Path, name: str, fleet: Fleet, polling: dict[str, Any], warmup: float, seconds: float, commit: float
 ) -> dict[str, Any]:
     doc = {
         "bridge": {"id": "bench", "metrics": ""},
-        "store": {"path": str(tmp / (name + ".db")), "commit_interval": 0.05},
+        "store": {"path": fresh(tmp / (name + ".db")), "commit_interval": commit},
         "polling": polling,
         "device": [{"id": d["id"], "udp": d["udp"], "timestamp": "prefix_us"} for d in fleet.devices],
     }
     b = Bridge(parse(doc), logs.setup("error"), keep_latencies=True)
     await b.start()
     await asyncio.sleep(warmup)
+
+    def totals() -> tuple[int, int, int, int]:
+        cs = b.clients.values()
+        return (sum(c.dc["round_trips"] for c in cs), sum(c.dc["timeouts"] for c in cs),
+                sum(c.dc["polls"] for c in cs), sum(c.dc["overrun_lost"] for c in cs))  # fmt: skip
+
     e0 = b.events_committed
-    rt0 = sum(c.dc["round_trips"] for c in b.clients.values())
-    to0 = sum(c.dc["timeouts"] for c in b.clients.values())
+    rt0, to0, p0, lost0 = totals()
     lat0 = len(b.latencies_us)
     cpu0 = time.process_time()
+    sim0 = fleet.cpu_seconds()
     t0 = time.perf_counter()
     await asyncio.sleep(seconds)
     dt = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
+    sim = fleet.cpu_seconds() - sim0
     events = b.events_committed - e0
-    rts = sum(c.dc["round_trips"] for c in b.clients.values()) - rt0
-    tos = sum(c.dc["timeouts"] for c in b.clients.values()) - to0
+    rt1, to1, p1, lost1 = totals()
     lat = list(b.latencies_us[lat0:])
-    lost = sum(c.dc["overrun_lost"] for c in b.clients.values())
     await b.stop()
+    n = max(1, len(b.clients))
     return {
         "devices": len(b.clients),
         "events_per_s": events / dt,
-        "round_trips_per_s": rts / dt,
-        "polls_per_device_per_s": rts / dt / max(1, len(b.clients)),
-        "timeouts": tos,
-        "overrun_lost": lost,
+        "polls_per_s": (p1 - p0) / dt,
+        "round_trips_per_s": (rt1 - rt0) / dt,
+        "polls_per_device_per_s": (rt1 - rt0) / dt / n,
+        "timeouts": to1 - to0,
+        "overrun_lost": lost1 - lost0,
         "latency_p50_ms": pct(lat, 0.50),
         "latency_p99_ms": pct(lat, 0.99),
         "bridge_cpu_percent": 100.0 * cpu / dt,
+        "sim_cpu_percent": 100.0 * sim / dt,
     }
 
 
-# -- 4. adaptive polling in virtual time -----------------------------------------------------
+def loadavg() -> str:
+    try:
+        return "%.1f" % os.getloadavg()[0]
+    except OSError:
+        return "?"
+
+
+# -- 5. adaptive polling in virtual time -----------------------------------------------------
 
 
 CAPACITY = 1024  # ring of the simulated device in the adaptive demo
@@ -217,7 +326,6 @@ def bursty(t: float) -> float:
 def simulate(poll: PollConfig, horizon: float = 120.0, rtt: float = 0.002) -> dict[str, float]:
     core = SimCore(0, capacity=CAPACITY, start=1000)
     cl = DeviceClient(1, DeviceConfig("sim", "udp"), poll)
-    from leadwire import codec
 
     t = 0.0
     acc = 0.0
@@ -236,8 +344,7 @@ def simulate(poll: PollConfig, horizon: float = 120.0, rtt: float = 0.002) -> di
             polls += 1
         for out in core.handle(codec.encode(req)):
             cl.on_frame(codec.decode(out), len(out), t + rtt, 0)
-        cl.out_events.clear()
-        cl.out_arrivals.clear()
+        cl.clear_outputs()
         # fixed policies are strictly periodic (one poll per interval, whatever the backlog)
         t += rtt + (max(cl.next_delay, 0.0) if poll.adaptive else poll.interval)
     return {
@@ -267,19 +374,33 @@ def adaptive_demo() -> list[dict[str, Any]]:
     return out
 
 
+def med(rs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rs)
+
+
+def show(rs: list[dict[str, Any]], key: str, fmt: str = "%.0f") -> str:
+    m = fmt % med(rs, key)
+    return m if len(rs) == 1 else "%s (runs: %s)" % (m, ", ".join(fmt % r[key] for r in rs))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="run every measured phase this many times: medians")
+    ap.add_argument("--only", default="sqlite,pipeline,ingest,fleet,adaptive", help="phases to run")
     ap.add_argument("--ingest-devices", type=int, default=100)
     ap.add_argument("--ingest-rate", type=float, default=1500.0, help="events/s per device in the ingest run")
     ap.add_argument("--fleet-devices", type=int, default=1000)
-    ap.add_argument("--fleet-rate", type=float, default=20.0, help="events/s per device in the 10 Hz run")
+    ap.add_argument("--fleet-rate", type=float, default=5.0, help="events/s per device in the 10 Hz run")
+    ap.add_argument("--fleet-commit", type=float, default=0.1, help="commit_interval of the 10 Hz run (s)")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
+    only = set(args.only.split(","))
+    rows = 300_000
     if args.quick:
-        args.seconds = 4.0
-        args.fleet_devices = min(args.fleet_devices, 300)
+        args.seconds = 5.0
+        rows = 100_000
     raise_nofile()
     res: dict[str, Any] = {
         "machine": "%s, %d cores, Python %s, SQLite %s"
@@ -290,100 +411,111 @@ def main() -> int:
             sqlite3.sqlite_version,
         )
     }
-    print("leadwire bridge bench --", res["machine"], flush=True)
+    print("leadwire bridge bench --", res["machine"], "-- load average", loadavg(), flush=True)
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
-        res.update(sqlite_baseline(tmp, 200_000 if args.quick else 500_000))
-        res.update(pipeline(tmp, 100_000 if args.quick else 300_000))
-        print(
-            "bridge pipeline without network (decode, client, lead, rows, commits; one thread): %.0f events/s"
-            % res["pipeline_events_per_s"],
-            flush=True,
-        )
-        print(
-            "SQLite batched inserts (10k rows/txn): plain table %.0f rows/s; bridge schema %.0f events/s"
-            % (res["sqlite_plain_rows_per_s"], res["sqlite_bridge_schema_events_per_s"]),
-            flush=True,
-        )
-
-        with Fleet(args.ingest_devices, args.ingest_rate, capacity=8192) as fleet:
-            ingest = asyncio.run(
-                live(
-                    tmp,
-                    "ingest",
-                    fleet,
-                    {
-                        "batch": 255,
-                        "max_bytes": 2047,
-                        "interval": 0.02,
-                        "interval_min": 0.002,
-                        "interval_max": 0.1,
-                        "timeout": 0.5,
-                    },
-                    2.0,
-                    args.seconds,
+        if "sqlite" in only or "pipeline" in only:
+            runs: list[dict[str, Any]] = []
+            for _ in range(args.repeat):  # interleaved: each repetition measures every variant once
+                r: dict[str, Any] = {}
+                if "sqlite" in only:
+                    r["sqlite_plain_rows_per_s"] = sqlite_plain(tmp, rows)
+                    r["sqlite_schema1_events_per_s"] = sqlite_schema1(tmp, rows)
+                    r["store_events_per_s"] = sqlite_store(tmp, rows)
+                if "pipeline" in only:
+                    r["pipeline_events_per_s"] = pipeline(tmp, rows, threaded=False)
+                    r["pipeline_threaded_events_per_s"] = pipeline(tmp, rows, threaded=True)
+                runs.append(r)
+            res["offline_runs"] = runs
+            print("offline, %d events of %d B, 10,000 per transaction (events/s):" % (rows, PAYLOAD))
+            if "sqlite" in only:
+                print(
+                    "  SQLite alone, plain events table (the yardstick):   ",
+                    show(runs, "sqlite_plain_rows_per_s"),
                 )
-            )
-        res["ingest"] = ingest
-        print(
-            "ingest: %d devices x %.0f ev/s offered -> %.0f events/s committed; p50 %.1f ms, p99 %.1f ms "
-            "gen->commit; overrun lost %d; bridge CPU %.0f%%"
-            % (
-                ingest["devices"],
-                args.ingest_rate,
-                ingest["events_per_s"],
-                ingest["latency_p50_ms"],
-                ingest["latency_p99_ms"],
-                ingest["overrun_lost"],
-                ingest["bridge_cpu_percent"],
-            ),
-            flush=True,
-        )
-
-        with Fleet(args.fleet_devices, args.fleet_rate, capacity=1024) as fleet:
-            f10 = asyncio.run(
-                live(
-                    tmp,
-                    "fleet",
-                    fleet,
-                    {
-                        "adaptive": False,
-                        "interval": 0.1,
-                        "interval_min": 0.1,
-                        "interval_max": 0.1,
-                        "batch": 64,
-                        "timeout": 0.5,
-                    },
-                    3.0,
-                    args.seconds,
+                print(
+                    "  SQLite alone, schema 1 layout (events + arrivals):  ",
+                    show(runs, "sqlite_schema1_events_per_s"),
                 )
-            )
-        res["fleet_10hz"] = f10
-        print(
-            "10 Hz fleet: %d devices -> %.0f round trips/s (%.2f Hz per device), %.0f events/s, timeouts %d, "
-            "p99 %.1f ms gen->commit; bridge CPU %.0f%%"
-            % (
-                f10["devices"],
-                f10["round_trips_per_s"],
-                f10["polls_per_device_per_s"],
-                f10["events_per_s"],
-                f10["timeouts"],
-                f10["latency_p99_ms"],
-                f10["bridge_cpu_percent"],
-            ),
-            flush=True,
-        )
+                print(
+                    "  the bridge's store, schema 2, Store.write:          ", show(runs, "store_events_per_s")
+                )
+            if "pipeline" in only:
+                print(
+                    "  bridge pipeline, one thread:                        ",
+                    show(runs, "pipeline_events_per_s"),
+                )
+                print("  bridge pipeline, store on its own thread (daemon):  ",
+                      show(runs, "pipeline_threaded_events_per_s"))  # fmt: skip
+            if "sqlite" in only and "pipeline" in only:
+                ratios = [r["pipeline_threaded_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
+                res["pipeline_vs_sqlite"] = statistics.median(ratios)
+                print(
+                    "  ratio bridge pipeline (threaded) / SQLite plain:     %.2f" % res["pipeline_vs_sqlite"]
+                )
+            sys.stdout.flush()
 
-    res["adaptive"] = adaptive_demo()
-    print(
-        "adaptive polling (virtual time, 120 s, ring of 1,024, batches of 64, 5 ev/s with bursts of"
-        " 2,000 ev/s for 2 s every 20 s):"
-    )
-    for r in res["adaptive"]:
+        if "ingest" in only:
+            ing = []
+            for _ in range(args.repeat):
+                with Fleet(args.ingest_devices, args.ingest_rate, capacity=16384, payload=PAYLOAD) as fleet:
+                    polling = {"batch": 255, "max_bytes": 2047, "interval": 0.02, "interval_min": 0.002,
+                               "interval_max": 0.1, "timeout": 0.5}  # fmt: skip
+                    ing.append(asyncio.run(live(tmp, "ingest", fleet, polling, 2.0, args.seconds, 0.05)))
+                print(
+                    "  ingest run: %.0f events/s, load %s" % (ing[-1]["events_per_s"], loadavg()), flush=True
+                )
+            res["ingest"] = ing
+            offered = args.ingest_devices * args.ingest_rate
+            print(
+                "live ingest: %d devices x %.0f ev/s of %d B offered (%.0f/s) -> committed %s events/s"
+                % (args.ingest_devices, args.ingest_rate, PAYLOAD, offered, show(ing, "events_per_s"))
+            )
+            print(
+                "  p50 %s ms, p99 %s ms generation -> commit; overrun lost %d; CPU bridge %s%%, sim %s%%"
+                % (show(ing, "latency_p50_ms", "%.1f"), show(ing, "latency_p99_ms", "%.1f"),
+                   sum(r["overrun_lost"] for r in ing), show(ing, "bridge_cpu_percent"),
+                   show(ing, "sim_cpu_percent")),
+                flush=True,
+            )  # fmt: skip
+
+        if "fleet" in only:
+            fl = []
+            for _ in range(args.repeat):
+                with Fleet(args.fleet_devices, args.fleet_rate, capacity=1024, payload=PAYLOAD) as fleet:
+                    polling = {"adaptive": False, "interval": 0.1, "interval_min": 0.1, "interval_max": 0.1,
+                               "batch": 64, "timeout": 0.5}  # fmt: skip
+                    fl.append(
+                        asyncio.run(live(tmp, "fleet", fleet, polling, 3.0, args.seconds, args.fleet_commit))
+                    )
+                print(
+                    "  10 Hz run: %.2f Hz/device, load %s" % (fl[-1]["polls_per_device_per_s"], loadavg()),
+                    flush=True,
+                )
+            res["fleet_10hz"] = fl
+            print(
+                "10 Hz fleet: %d devices x %.0f ev/s, fixed 100 ms -> %s polls/s per device (%s answers/s)"
+                % (args.fleet_devices, args.fleet_rate, show(fl, "polls_per_device_per_s", "%.2f"),
+                   show(fl, "round_trips_per_s"))
+            )  # fmt: skip
+            print(
+                "  timeouts %s, %s events/s; p99 %s ms generation -> commit; CPU: bridge %s%%, simulator %s%%"
+                % (show(fl, "timeouts"), show(fl, "events_per_s"), show(fl, "latency_p99_ms", "%.1f"),
+                   show(fl, "bridge_cpu_percent"), show(fl, "sim_cpu_percent")),
+                flush=True,
+            )  # fmt: skip
+
+    if "adaptive" in only:
+        res["adaptive"] = adaptive_demo()
         print(
-            "  %-20s polls %6d (%6.1f/s)  lost %6d of %d"
-            % (r["policy"], r["polls"], r["polls_per_s"], r["lost"], r["generated"])
+            "adaptive polling (virtual time, 120 s, ring of 1,024, batches of 64, 5 ev/s with bursts of"
+            " 2,000 ev/s for 2 s every 20 s):"
         )
+        for r in res["adaptive"]:
+            print(
+                "  %-20s polls %6d (%6.1f/s)  lost %6d of %d"
+                % (r["policy"], r["polls"], r["polls_per_s"], r["lost"], r["generated"])
+            )
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
     return 0
