@@ -13,6 +13,11 @@
 #   same epoch, n0 ahead of s(n)    overrun: lost = (n0 - s(n)) mod 2^32, exactly
 # Then the recovery phase: poll from n0 - 1 until n1 is consumed (spec 004).
 #
+# Burst answers: a POLL may ask for up to max_frames EVENTS frames, sent back to back, each going
+# on from the one before (header fragment index 0, 1, ...): one round trip then carries many
+# frames' worth of events. They are applied in order like single answers; a frame missing in the
+# middle makes the following ones stale, and `burst_done` tells the caller to poll again at once.
+#
 # Chase guard: with a full ring and events still coming, the oldest event n0 is pushed out during
 # the round trip that asks for it, and polling from n0 - 1 can fail forever. When an overrun
 # RECOVERY follows another with no event received in between, the client starts a quarter of the
@@ -74,6 +79,8 @@ class PollClient:
         self.hello = None
         self.loss = None  # the current (or last) Loss record
         self.tag = 0  # message id of the outstanding request
+        self.max_frames = 1  # frames the outstanding POLL asked for
+        self.burst_done = True  # no more answer frames are due for the outstanding request
         self.hello_due = False  # the next request is a HELLO (see ask_hello)
         self._restart_seen = False  # a HELLO showed a new boot before its first RECOVERY
         self._chasing = False  # the last answer was an overrun RECOVERY
@@ -92,11 +99,14 @@ class PollClient:
     def recovering(self):
         return self.loss is not None and not self.loss.ended
 
-    def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD):
+    def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
         """The request to send now (each call makes a new tag: a retry is a new request)."""
         self.tag = (self.tag + 1) & 0xFF
+        self.burst_done = False
         if self.state == POLLING and not self.hello_due:
-            return messages.poll_frame(self.n, max_events, max_bytes, self.tag)
+            self.max_frames = max_frames
+            return messages.poll_frame(self.n, max_events, max_bytes, self.tag, max_frames)
+        self.max_frames = 1
         return messages.hello_request(self.tag)
 
     def ask_hello(self):
@@ -126,7 +136,14 @@ class PollClient:
         if t in (wire.EVENTS, wire.NO_EVENT, wire.RECOVERY) and frame.message_id != self.tag:
             return self._stale()
         if t == wire.EVENTS:
-            return self._events(frame)
+            result = self._events(frame)
+            # done when the last frame asked for came, the device had no more, or a frame of the
+            # burst went missing (this one did not continue from n)
+            if result[0] == STALE or frame.index >= self.max_frames - 1 or not self.backlog:
+                self.burst_done = True
+            return result
+        if t in (wire.NO_EVENT, wire.RECOVERY, wire.HELLO):
+            self.burst_done = True
         if t == wire.NO_EVENT:
             if self.state != POLLING or frame.seq != self.n:
                 return self._stale()

@@ -3,7 +3,9 @@
 #  HELLO     host->dev: empty payload = "send your HELLO".  dev->host: seq = boot epoch;
 #            capacity u16, slot_size u16, frame_size u16, boots u16, then three short strings
 #            (u8 length + UTF-8): board id, firmware version, board kind.
-#  POLL      seq = n (client offset); max_events u16, max_bytes u16 (payload budget of the answer)
+#  POLL      seq = n (client offset); max_events u16, max_bytes u16 (payload budget of each answer
+#            frame)[, max_frames u8]: a burst -- up to max_frames EVENTS frames sent back to back,
+#            each going on from the last, numbered by the header's fragment index (default 1)
 #  EVENTS    seq = offset of the first event (= s(n)); count u8, backlog u16 (events still queued
 #            after this batch, saturated), then count records: channel u8, length u16, data.
 #            Records hold consecutive offsets seq, s(seq), ...
@@ -153,15 +155,26 @@ def hello_request(tag=0):
 # -- POLL / answers ------------------------------------------------------------------------
 
 
-def poll_frame(n, max_events=1, max_bytes=wire.MAX_PAYLOAD, tag=0):
-    return codec.Frame(wire.POLL, n, struct.pack(">HH", max_events, max_bytes), message_id=tag)
+def poll_frame(n, max_events=1, max_bytes=wire.MAX_PAYLOAD, tag=0, max_frames=1):
+    if not 1 <= max_frames <= wire.MAX_INDEX + 1:
+        raise ValueError("max_frames must be 1..%d" % (wire.MAX_INDEX + 1))
+    body = struct.pack(">HH", max_events, max_bytes)
+    if max_frames > 1:
+        body += bytes([max_frames])
+    return codec.Frame(wire.POLL, n, body, message_id=tag)
 
 
 def decode_poll(frame):
     """-> (n, max_events, max_bytes)"""
-    _need(len(frame.payload) == 4, "poll length")
-    me, mb = struct.unpack(">HH", frame.payload)
+    _need(len(frame.payload) in (4, 5), "poll length")
+    me, mb = struct.unpack(">HH", frame.payload[:4])
     return frame.seq, me, mb
+
+
+def poll_frames(frame):
+    """How many answer frames a POLL asks for (a burst); 1 when the field is absent."""
+    _need(len(frame.payload) in (4, 5), "poll length")
+    return frame.payload[4] if len(frame.payload) == 5 else 1
 
 
 def recovery_frame(n0, n1, epoch=0, tag=0):

@@ -51,6 +51,11 @@ class EventRing:
         self.count = 0  # events held, <= capacity
         self.overwritten = 0  # events pushed out by newer ones (saturates below 2^30)
         self._d = 0  # distance newest - n from the last _classify (scratch, avoids a tuple)
+        # after answer_into: the last offset the answer carried (halves) and how many events the
+        # ring still holds after it -- what a burst answer (several frames to one POLL) goes on from
+        self.last_hi = 0
+        self.last_lo = 0
+        self.backlog = 0
         # the boot epoch this ring belongs to, sent in RECOVERY answers so that a client can tell
         # a restart from an overrun without another round trip (kept as 4 bytes: no big int)
         self.epoch = bytes(((epoch >> 24) & 0xFF, (epoch >> 16) & 0xFF, (epoch >> 8) & 0xFF, epoch & 0xFF))
@@ -98,30 +103,33 @@ class EventRing:
             return EVENT
         return RECOVERY
 
-    def answer_into(self, buf, hi, lo, max_events, max_bytes, tag=0):
+    def answer_into(self, buf, hi, lo, max_events, max_bytes, tag=0, index=0):
         """Write the complete answer frame to a poll with n = (hi, lo) into buf; return its size.
 
-        tag is the poll's message id, echoed so the client can match answer to request.
+        tag is the poll's message id, echoed so the client can match answer to request; index
+        numbers the frames of a burst answer (0 for the first). A burst goes on with
+        (last_hi, last_lo) as the next n while backlog > 0.
 
         EVENTS carries up to max_events consecutive events from s(n) within max_bytes of payload
         (and the room in buf); at least one event always goes. Allocates nothing.
         """
         kind = self._classify(hi, lo)
+        self.backlog = 0
         if kind == NO_EVENT:
-            wire.put_header(buf, wire.NO_EVENT, wire.F_LAST, 0, 0, tag, 0, 0, hi, lo)
+            wire.put_header(buf, wire.NO_EVENT, wire.F_LAST, 0, 0, tag, index, 0, hi, lo)
             return wire.seal(buf, 0)
         if kind == RECOVERY:
-            return self._recovery_into(buf, tag)
-        return self._events_into(buf, hi, lo, max_events, max_bytes, tag)
+            return self._recovery_into(buf, tag, index)
+        return self._events_into(buf, hi, lo, max_events, max_bytes, tag, index)
 
-    def _recovery_into(self, buf, tag):
+    def _recovery_into(self, buf, tag, index):
         back = self.count - 1
         olo = self._lo - back
         ohi = self._hi
         if olo < 0:
             olo += 0x10000
             ohi = (ohi - 1) & 0xFFFF
-        wire.put_header(buf, wire.RECOVERY, wire.F_LAST, 0, 0, tag, 0, 8, ohi, olo)
+        wire.put_header(buf, wire.RECOVERY, wire.F_LAST, 0, 0, tag, index, 8, ohi, olo)
         buf[10] = self._hi >> 8
         buf[11] = self._hi & 0xFF
         buf[12] = self._lo >> 8
@@ -133,7 +141,7 @@ class EventRing:
         buf[17] = e[3]
         return wire.seal(buf, 8)
 
-    def _events_into(self, buf, hi, lo, max_events, max_bytes, tag):
+    def _events_into(self, buf, hi, lo, max_events, max_bytes, tag, index):
         budget = len(buf) - wire.OVERHEAD
         if max_bytes < budget:
             budget = max_bytes
@@ -164,12 +172,19 @@ class EventRing:
             slot += 1
             if slot == cap:
                 slot = 0
-        # first offset is s(n)
+        # the last offset carried is n + taken; the first is s(n)
+        llo = lo + taken
+        self.last_hi = hi
+        if llo > 0xFFFF:
+            llo -= 0x10000
+            self.last_hi = (hi + 1) & 0xFFFF
+        self.last_lo = llo
+        self.backlog = k + 1
         lo += 1
         if lo == 0x10000:
             lo = 0
             hi = (hi + 1) & 0xFFFF
-        wire.put_header(buf, wire.EVENTS, wire.F_LAST, 0, 0, tag, 0, used, hi, lo)
+        wire.put_header(buf, wire.EVENTS, wire.F_LAST, 0, 0, tag, index, used, hi, lo)
         buf[10] = taken
         buf[11] = (k + 1) >> 8
         buf[12] = (k + 1) & 0xFF

@@ -34,6 +34,20 @@ class Device:
         return codec.decode(bytes(self.buf[:size]))
 
 
+    def burst(self, req: codec.Frame) -> list[codec.Frame]:
+        """Answer a POLL with up to max_frames frames, as the firmware does."""
+        n, me, mb = messages.decode_poll(req)
+        hi, lo = n >> 16, n & 0xFFFF
+        out = []
+        for i in range(messages.poll_frames(req)):
+            size = self.ring.answer_into(self.buf, hi, lo, me, mb, req.message_id, i)
+            out.append(codec.decode(bytes(self.buf[:size])))
+            if out[-1].type != wire.EVENTS or not self.ring.backlog:
+                break
+            hi, lo = self.ring.last_hi, self.ring.last_lo
+        return out
+
+
 def exchange(cl: c.PollClient, dev: Device, max_events: int = 255) -> tuple[str, object]:
     return cl.on_frame(dev.answer(cl.next_request(max_events)))
 
@@ -137,6 +151,47 @@ def test_stale_answers_are_ignored() -> None:
     assert cl.on_frame(ev)[0] == c.EVENTS
     assert cl.on_frame(ev) == (c.STALE, None)  # duplicate EVENTS: not stored twice
     assert cl.received == 2 and cl.stale == 2
+
+
+def test_burst_answer_carries_many_frames_in_one_round_trip() -> None:
+    dev = Device(capacity=64, start=0xFFFFFFF0)  # the burst crosses the 2^32 wrap
+    dev.emit(1)
+    cl = c.PollClient()
+    for _ in range(3):
+        exchange(cl, dev)
+    dev.emit(50)
+    frames = dev.burst(cl.next_request(max_events=8, max_frames=4))
+    assert [f.index for f in frames] == [0, 1, 2, 3]
+    got = []
+    for f in frames:
+        assert not cl.burst_done
+        _, evs = cl.on_frame(f)
+        got += [o for o, _, _ in evs]
+    assert cl.burst_done and len(got) == 32 and got == [(0xFFFFFFF1 + i) & 0xFFFFFFFF for i in range(32)]
+    # the device stops early when it runs out: 18 left, frames of 8 -> 3 frames
+    frames = dev.burst(cl.next_request(max_events=8, max_frames=10))
+    assert [len(messages.decode_records(f.payload)[1]) for f in frames] == [8, 8, 2]
+    for f in frames:
+        cl.on_frame(f)
+    assert cl.burst_done and cl.received == 51 and cl.backlog == 0
+
+
+def test_a_frame_lost_in_a_burst_ends_it_and_nothing_is_skipped() -> None:
+    dev = Device(capacity=64, start=10)
+    dev.emit(1)
+    cl = c.PollClient()
+    for _ in range(3):
+        exchange(cl, dev)
+    dev.emit(30)
+    f0, _lost, f2, f3 = dev.burst(cl.next_request(max_events=5, max_frames=4))
+    assert cl.on_frame(f0)[0] == c.EVENTS and not cl.burst_done
+    assert cl.on_frame(f2) == (c.STALE, None) and cl.burst_done  # it does not go on from n
+    assert cl.on_frame(f3) == (c.STALE, None)
+    n_after = cl.n
+    frames = dev.burst(cl.next_request(max_events=5, max_frames=8))
+    for f in frames:
+        cl.on_frame(f)
+    assert n_after == 15 and cl.received == 31 and cl.lost == 0
 
 
 def test_timeouts_back_off_and_reset() -> None:

@@ -108,6 +108,22 @@ def test_answer_into_matches_poll_batch_and_reports_backlog() -> None:
     assert size == wire.OVERHEAD + 3 + 5 * (3 + 2)
 
 
+def test_answer_into_reports_where_a_burst_goes_on() -> None:
+    r = EventRing(16, start=0xFFFFFFFE, slot_size=4)
+    for _ in range(10):
+        r.write(b"ab")
+    buf = bytearray(256)
+    n = 0xFFFFFFFD
+    size = r.answer_into(buf, n >> 16, n & 0xFFFF, 3, 2047, 7, 5)
+    f = codec.decode(bytes(buf[:size]))
+    assert (f.message_id, f.index, f.seq) == (7, 5, 0xFFFFFFFE)
+    assert (r.last_hi << 16 | r.last_lo, r.backlog) == (0, 7)  # carried 0xFFFFFFFE, 0xFFFFFFFF, 0
+    r.answer_into(buf, r.last_hi, r.last_lo, 100, 2047)
+    assert (r.last_hi << 16 | r.last_lo, r.backlog) == (7, 0)
+    r.answer_into(buf, 0, 7, 100, 2047)  # NO_EVENT
+    assert r.backlog == 0
+
+
 def test_answer_into_recovery_and_no_event_frames() -> None:
     r = EventRing(4, start=100)
     for _ in range(10):

@@ -286,6 +286,35 @@ def test_alloc_answer_into():
     eq((p.hi, p.lo), (p.ring._hi, p.ring._lo), "host caught up")
 
 
+def test_alloc_burst_answer():
+    # one POLL answered with up to 4 frames of 20 events, going on from ring.last_hi/last_lo
+    p = _Poller(256, 64, 1412)
+    ring = p.ring
+    buf = p.buf
+    for _ in range(100):
+        p.write()
+    st = [ring._hi, (ring._lo - 80) & 0xFFFF, 0]  # the host is 80 events behind (no wrap here)
+
+    def step():
+        for _ in range(80):
+            p.write()
+        hi = st[0]
+        lo = st[1]
+        for i in range(4):
+            ring.answer_into(buf, hi, lo, 20, 1400, 9, i)
+            st[2] += buf[10]
+            hi = ring.last_hi
+            lo = ring.last_lo
+            if not ring.backlog:
+                break
+        st[0] = hi
+        st[1] = lo
+
+    _steady(step, 200)
+    eq(st[2], 80 * 401, "events carried by bursts")
+    eq((st[0], st[1]), (ring._hi, (ring._lo - 80) & 0xFFFF), "still 80 behind, as at the start")
+
+
 def test_alloc_answer_recovery_and_no_event():
     p = _Poller(16, 8, 256)
     for _ in range(40):
