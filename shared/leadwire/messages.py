@@ -65,7 +65,7 @@ def decode_records(payload):
     count = payload[0]
     backlog = (payload[1] << 8) | payload[2]
     pos = BATCH_HEAD
-    records = []
+    records = []  # type: list[tuple[int, bytes]]
     append = records.append
     for _ in range(count):
         end = pos + RECORD_HEAD
