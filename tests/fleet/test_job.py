@@ -1,0 +1,141 @@
+"""The whole job on synthetic data with known faults; the DuckDB oracle; bad input; the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+
+from leadwire.fleet.job import TABLE_ORDER, BadInput, run_job
+from leadwire.fleet.synth import SynthConfig, SynthTruth, generate, write_export
+
+pytestmark = pytest.mark.spark
+
+JOB = Path(__file__).resolve().parents[2] / "host" / "fleet" / "job.py"
+
+
+@pytest.fixture(scope="module")
+def synth_run(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, SynthTruth, dict]:
+    base = tmp_path_factory.mktemp("fleet")
+    tables, truth = generate(SynthConfig(rows=12_000, devices=5, lead_errors=2, dup_flag_errors=1, seed=5))
+    write_export(tables, str(base / "export"))
+    summary = run_job(str(base / "export"), str(base / "out"), spark, progress=False, worst_n=3)
+    return base / "export", base / "out", truth, summary
+
+
+def test_job_finds_exactly_the_injected_faults(synth_run: tuple[Path, Path, SynthTruth, dict]) -> None:
+    _, _, truth, s = synth_run
+    t = truth.totals
+    assert t["wrapped_streams"] > 0 and t["restarts"] > 0 and t["overruns"] > 0
+    for key in (
+        "devices",
+        "rows",
+        "unique",
+        "lost",
+        "duplicates",
+        "late",
+        "lateness_seq_sum",
+        "restarts",
+        "overruns",
+        "events_lost_exact",
+        "recovery_phases",
+        "retransmissions",
+        "lead_eq1",
+        "lead_eq0",
+        "lead_gt1",
+        "lead_lt0",
+        "lead_mismatches",
+        "dup_flag_mismatches",
+    ):
+        got = s[{"rows": "messages", "lateness_seq_sum": "lateness_seq_sum"}.get(key, key)]
+        assert got == t[{"lateness_seq_sum": "lateness_sum"}.get(key, key)], key
+    assert s["reorder_depth_sum"] == t["lateness_sum"]  # each delayed message is overtaken k times
+    assert s["lateness_seq_max"] == t["lateness_max"]
+    assert s["mismatch_rows"] == 3
+    assert s["rx_to_commit_p50_us"] == pytest.approx(t["latency_rx_to_commit_p50_us"])
+    assert s["gen_to_rx_p99_us"] == pytest.approx(t["latency_gen_to_rx_p99_us"])
+
+
+def test_job_writes_tables_report_and_plots(synth_run: tuple[Path, Path, SynthTruth, dict]) -> None:
+    _, out, _, _ = synth_run
+    for name in TABLE_ORDER:
+        assert (out / "parquet" / (name + ".parquet")).is_file(), name
+        assert (out / "csv" / (name + ".csv")).is_file(), name
+    html = (out / "index.html").read_text()
+    for png in ("lead_histogram", "loss_over_time", "worst_devices", "by_firmware", "by_transport"):
+        assert (out / (png + ".png")).stat().st_size > 1000
+        assert png + ".png" in html
+    assert "disagree with the recomputation" in html  # mismatches are reported, not hidden
+    assert len(pq.read_table(out / "mismatches")) == 3
+    worst = pd.read_csv(out / "csv" / "worst_devices.csv")
+    assert worst["rank"].tolist() == [1, 2, 3]
+    assert (out / "summary.json").is_file()
+
+
+def test_spark_equals_duckdb_oracle(synth_run: tuple[Path, Path, SynthTruth, dict]) -> None:
+    pytest.importorskip("duckdb")
+    from leadwire.fleet.oracle import compare_tables, run_oracle
+
+    export, out, _, _ = synth_run
+    got = {n: pd.read_parquet(out / "parquet" / (n + ".parquet")) for n in TABLE_ORDER}
+    want = run_oracle(str(export), worst_n=3)
+    assert compare_tables(got, want, TABLE_ORDER) == []
+
+
+def _write(path: Path, table: pa.Table) -> None:
+    path.mkdir(parents=True)
+    pq.write_table(table, path / "part-0.parquet")
+
+
+def test_bad_input_missing_wrong_schema_empty(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="input not found"):
+        run_job(str(tmp_path / "nope"), str(tmp_path / "out"), spark, progress=False)
+    (tmp_path / "no_arrivals").mkdir()
+    with pytest.raises(BadInput, match="arrivals: not found"):
+        run_job(str(tmp_path / "no_arrivals"), str(tmp_path / "out"), spark, progress=False)
+    tables, _ = generate(SynthConfig(rows=200, devices=1, seed=1))
+    arr = tables["arrivals"]
+    bad = arr.set_column(arr.schema.get_field_index("seq"), "seq", arr.column("seq").cast(pa.string()))
+    _write(tmp_path / "wrong" / "arrivals" / "date=2026-01-01", bad)
+    with pytest.raises(BadInput, match=r"wrong schema: column 'seq' is string, expected bigint"):
+        run_job(str(tmp_path / "wrong"), str(tmp_path / "out"), spark, progress=False)
+    _write(tmp_path / "empty" / "arrivals" / "date=2026-01-01", arr.slice(0, 0))
+    with pytest.raises(BadInput, match="no arrival rows"):
+        run_job(str(tmp_path / "empty"), str(tmp_path / "out"), spark, progress=False)
+    write_export(tables, str(tmp_path / "ok"))
+    with pytest.raises(BadInput, match="no arrival rows between 2030-01-01"):
+        run_job(str(tmp_path / "ok"), str(tmp_path / "out"), spark, progress=False, date_from="2030-01-01")
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    from leadwire.fleet.cli import fleet
+
+    res = CliRunner().invoke(fleet, ["--input", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert res.output.strip().count("\n") == 0
+    assert "input not found" in res.output
+
+
+def test_spark_submit_entry_runs_as_a_script(tmp_path: Path) -> None:
+    env: dict[str, Any] = {**os.environ}
+    res = subprocess.run(
+        [sys.executable, str(JOB), "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "--input" in res.stdout
