@@ -17,17 +17,45 @@ SPEC = (
     "report.prio 0 0 15,report.close 3 0 15"
     "|port 4210 1 65535,frame 1024 64 1472,gap 0 0 1000"  # udp
     "|port 0 0 0,frame 256 64 2059,gap 0 0 1000"  # serial
-    "|ch 1 0 255,hz 10 1 100000,size 16 2 512"  # a sensor
+    "|ch 1 0 255,hz 10 0 1000000,size 16 2 512"  # a sensor (hz 0: as fast as it can)
     "|config.json|0.1.0|id sensors udp serial wlan bind host|1 10 16 2 2 12"  # default sensors
+    "|starting again on safe defaults (links, id and wlan kept from config.json)"  # after a failure
+    "|starting again on safe defaults without config.json|giving up"
 )
 
 
-def build(board, use_config=True):
-    """config.json -> (settings, ring, sensors, links, extra tasks). A failed link leaves the rest."""
+def build(board, hold=None):
+    """config.json -> (settings, ring, sensors, links, extra tasks), or None when the agent cannot
+    run (no link, or every attempt failed: said on the console in a line starting "leadwire: not
+    ready"). Never raises: an attempt that fails is reported and followed by one on safe defaults:
+    tier 1 keeps only the config's links, id and wlan, tier 2 nothing of it. The config and the
+    boot count are read once: a retry reads neither file again. A failed attempt closes every
+    link it opened first, so the next one finds its ports free. hold: main.py's list holding a
+    block taken before the boot fragmented the heap, released for the ring."""
+    st: list = [hold]  # the config as read, the boot count
+    for tier in range(3):
+        try:
+            b = _attempt(board, st, tier)
+            break
+        except Exception as e:  # report anything, then try again on safe defaults
+            b = None
+            if st[0]:
+                st[0].pop()  # main.py's block, if the failure came before the ring took it
+            print("boot: %r; %s" % (e, SPEC.split("|")[8 + tier]))
+    if b is None or not b[3]:
+        # nothing could reach the agent: say so and stop (the REPL on a board; the launcher
+        # reports it as a failure) rather than claim to be ready, or reset in a loop
+        print("leadwire: not ready: %s; fix config.json and reset" % ("no link" if b else "boot failed"))
+        return None
+    return b
+
+
+def _attempt(board, st, tier):
+    import gc
     import json
     import socket
 
-    spec, uspec, sspec, sensor, config, fw, keys, dsens = SPEC.split("|")
+    spec, uspec, sspec, sensor, config, fw, keys, dsens = SPEC.split("|")[:8]
     kid, ksens, kudp, kser, kwlan, kbind, khost = keys.split()
 
     def ints(d, spec, where):
@@ -50,36 +78,49 @@ def build(board, use_config=True):
             s, port = s.rsplit(":", 1)
         return socket.getaddrinfo(s, int(port))[0][-1]
 
-    try:
-        if not use_config:
-            raise OSError("ignored")
-        with open(config) as f:
-            d = json.load(f)
-    except OSError:
-        if use_config:
+    if len(st) == 1:
+        # first attempt: read the config and count the boot (on the board's flash), once
+        try:
+            with open(config) as f:
+                d = json.load(f)
+        except OSError:
             print("config: no %s on the board; using safe defaults" % config)
-        d = {}
-    except ValueError as e:
-        print("config: %s is not valid JSON (%s); using safe defaults" % (config, e))
-        d = {}
-    if not isinstance(d, dict):
-        print("config: %s is not a JSON object; using safe defaults" % config)
-        d = {}
+            d = {}
+        except ValueError as e:
+            print("config: %s is not valid JSON (%s); using safe defaults" % (config, e))
+            d = {}
+        if not isinstance(d, dict):
+            print("config: %s is not a JSON object; using safe defaults" % config)
+            d = {}
+        n = 0
+        try:
+            with open("boots") as f:
+                n = int(f.read())
+        except (OSError, ValueError):
+            pass
+        try:
+            with open("boots", "w") as f:
+                f.write(str(n + 1))
+        except OSError:
+            print("boot: cannot store the boot count")
+        st += [d, n + 1]
+    d = st[1]
+    if tier:
+        d = {key: d[key] for key in (kid, kudp, kser, kwlan) if tier == 1 and key in d}
     k = ints(d, spec, "")
-    from leadwire._compat import random_u32
-    from leadwire.ring import EventRing
-
-    epoch = random_u32()
-    ring = EventRing(k[0], None, k[1], epoch)  # first: the largest block, before the heap fragments
-    from leadwire.device import hello_into
-    from leadwire.framing import StreamDecoder
-
-    name = d.get(kid)
-    if not isinstance(name, str):
-        name = board.uid()
     if k[3] == k[5]:
         print("config: health and alarm channels must differ; using 8 and 9")
         k[3], k[5] = 8, 9
+    # the links' settings (opened after the ring): (key, object, port, frame size, gap)
+    lk = []
+    for key in (kudp, kser):
+        c = d.get(key, {})  # an object, false (link off) or missing (on, with defaults)
+        if c is False:
+            continue
+        if not isinstance(c, dict):
+            print("config: %s must be an object or false; using defaults" % key)
+            c = {}
+        lk.append([key, c] + ints(c, uspec if key == kudp else sspec, key + ": "))
     ss = d.get(ksens)
     if ss is None:
         v = [int(x) for x in dsens.split()]
@@ -88,7 +129,7 @@ def build(board, use_config=True):
     elif not isinstance(ss, list):
         print("config: sensors must be a list; none used")
         ss = []
-    sensors = []
+    sk = []
     chans = [k[3], k[5]]
     for s in ss[:8]:
         ch, hz, size = ints(s if isinstance(s, dict) else {}, sensor, "sensors: ")
@@ -96,78 +137,111 @@ def build(board, use_config=True):
             print("config: sensor on channel %d: channel taken or size above slot %d; skipped" % (ch, k[1]))
             continue
         chans.append(ch)
+        sk.append((ch, hz, size))
+    # Does the ring fit? It must leave, once the agent is ready, the free heap it needs at run time:
+    # the garbage between two collections (gc.threshold 4 KB), the push-session modules (~4.7 KB)
+    # and 3 report bodies, plus slack: 10.3 KB + 3 bodies. From here to ready the rest of the boot
+    # and the agent cost the frame and serial buffers and the sensors, less ~3.2 KB (lwboot is
+    # unloaded). Measured on the unix port (64-bit): pessimistic for 32-bit boards.
+    from leadwire._compat import random_u32
+    from leadwire.device import hello_into
+    from leadwire.framing import StreamDecoder
+    from leadwire.ring import EventRing
+
+    epoch = random_u32()
+    if st[0]:
+        st[0].pop()  # main.py's block: the ring goes where it was, in one piece
+    gc.collect()
+    free = gc.mem_free()
+    need = 7100 + 3 * k[10] + max([x[3] for x in lk] + [0])
+    for x in lk:
+        need += 2 * x[3] + 400 if x[0] == kser else 0
+    for x in sk:
+        need += x[2] + 96
+    # the links' buffers, then the ring at once: the big blocks before anything fragments the heap
+    # (one frame buffer for all links: frames are built and sent without an await in between)
+    shared = bytearray(max([x[3] for x in lk] + [0]))
+    sb = [[bytearray(64), bytearray(x[3] + x[3] // 254 + 2), StreamDecoder(128)] for x in lk if x[0] == kser]
+    ring = None
+    if k[0] * (3 + k[1]) + need <= free:
+        try:
+            ring = EventRing(k[0], None, k[1], epoch)
+        except MemoryError:
+            pass
+    if ring is None:
+        print(
+            "config: ring %dx%d (%d B) does not fit: %d B free, the agent needs %d B besides; using 256x16"
+            % (k[0], k[1], k[0] * (3 + k[1]), free, need)
+        )
+        k[0], k[1] = 256, 16
+        ring = EventRing(256, None, 16, epoch)
+    sensors = []
+    for ch, hz, size in sk:
+        if size > k[1]:
+            print("config: sensor on channel %d: size above slot %d; skipped" % (ch, k[1]))
+            continue
         b = bytearray(size)
         for i in range(2, size):
             b[i] = ch
-        sensors.append([ch, 1000000 // hz, size, 0, 0, b])
-    # boot count, kept on the board's flash
-    n = 0
-    try:
-        with open("boots") as f:
-            n = int(f.read())
-    except (OSError, ValueError):
-        pass
-    try:
-        with open("boots", "w") as f:
-            f.write(str(n + 1))
-    except OSError:
-        print("boot: cannot store the boot count")
-    k.append(n + 1)
+        sensors.append([ch, 1000000 // hz if hz else 0, size, 0, 0, b])
+    name = d.get(kid)
+    if not isinstance(name, str):
+        name = board.uid()
+    k.append(st[2])
     links = []
     tasks = []
     opened: list = []  # (io, peer: False for serial, UDP address or None, frame size, gap)
-    for key in (kudp, kser):
-        c = d.get(key, {})  # an object, false (link off) or missing (on, with defaults)
-        if c is False:
-            continue
-        if not isinstance(c, dict):
-            print("config: %s must be an object or false; using defaults" % key)
-            c = {}
-        port, frame, gap = ints(c, uspec if key == kudp else sspec, key + ": ")
-        try:
-            if key == kser:
-                io = board.serial(c)
-                if io is not None:
-                    opened.append((io, False, frame, gap))
-                continue
-            if board.KIND != "unix":
-                w = d.get(kwlan)
-                w = w if isinstance(w, dict) else {}
-                net = board.network(w)
-                if net is None:
-                    print("udp: no wlan ssid in config: UDP off")
+    try:
+        for key, c, port, frame, gap in lk:
+            try:
+                if key == kser:
+                    io = board.serial(c)
+                    if io is not None:
+                        opened.append((io, False, frame, gap))
                     continue
-                import wlan
+                if board.KIND != "unix":
+                    w = d.get(kwlan)
+                    w = w if isinstance(w, dict) else {}
+                    net = board.network(w)
+                    if net is None:
+                        print("udp: no wlan ssid in config: UDP off")
+                        continue
+                    import wlan
 
-                tasks.append(wlan.keep(net, w))
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            bind = c.get(kbind)
-            if not isinstance(bind, str):  # a virtual board's network is the host's loopback
-                bind = "127.0.0.1" if board.KIND == "unix" else "0.0.0.0"
-            s.bind(addr(bind, port))
-            h = c.get(khost)
-            opened.append((s, addr(h, port) if isinstance(h, str) else None, frame, gap))
-        except (OSError, ValueError, TypeError, IndexError) as e:
-            print("%s: cannot open (port %d): %r" % (key, port, e))
-    # one frame buffer for all links (frames are built and sent without an await in between)
-    shared = bytearray(max([o[2] for o in opened] + [0]))
-    for io, peer, frame, gap in opened:
-        # a link, as lwagent indexes it: io, udp, tx, memoryview(tx), frame queue (made on the first
-        # SUBSCRIBE), gap, next send, sessions, message owners, resend list, peer (UDP: where the
-        # HELLO after boot and reports go), HELLO; serial: read chunk, COBS buffer, decoder
-        tx = memoryview(shared)[:frame]
-        L = [io, peer is not False, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer or None, b""]
-        if peer is False:
-            L += [bytearray(64), bytearray(frame + frame // 254 + 2), StreamDecoder(128)]
-        links.append(L)
-    if not links:
-        print("boot: no link could be opened")
-    for L in links:
-        tx = L[2]
-        L[11] = bytes(tx[: hello_into(tx, epoch, k[0], k[1], len(tx), k[14], (name, fw, board.KIND))])
-    kinds = " ".join(kudp if L[1] else kser for L in links)
+                    tasks.append(wlan.keep(net, w))
+                bind = c.get(kbind)
+                if not isinstance(bind, str):  # a virtual board's network is the host's loopback
+                    bind = "127.0.0.1" if board.KIND == "unix" else "0.0.0.0"
+                h = c.get(khost)
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                try:
+                    s.bind(addr(bind, port))
+                    opened.append((s, addr(h, port) if isinstance(h, str) else None, frame, gap))
+                except BaseException:
+                    s.close()  # not left bound: a retry (or the next boot) needs the port
+                    raise
+            except (OSError, ValueError, TypeError, IndexError) as e:
+                print("%s: cannot open (port %d): %r" % (key, port, e))
+        for io, peer, frame, gap in opened:
+            # a link, as lwagent indexes it: io, udp, tx, memoryview(tx), frame queue (made on the
+            # first SUBSCRIBE), gap, next send, sessions, message owners, resend list, peer (UDP:
+            # where the HELLO after boot and reports go), HELLO; serial: read chunk, COBS buffer,
+            # decoder
+            tx = memoryview(shared)[:frame]
+            L = [io, peer is not False, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer or None, b""]
+            if peer is False:
+                L += sb[0]
+            links.append(L)
+        for L in links:
+            tx = L[2]
+            L[11] = bytes(tx[: hello_into(tx, epoch, k[0], k[1], len(tx), k[14], (name, fw, board.KIND))])
+    except BaseException:
+        for o in opened:  # a retry must find its ports free (EADDRINUSE otherwise)
+            o[0].close()
+        raise
+    kinds = " ".join("%s:%d" % (kudp, lk[0][2]) if L[1] else kser for L in links)  # udp: its port
     print(
         "leadwire %s on %s, id %s, boot %d, epoch %08x, ring %dx%d, links %s"
-        % (fw, board.KIND, name, k[14], epoch, k[0], k[1], kinds)
+        % (fw, board.KIND, name, k[14], epoch, k[0], k[1], kinds or "none")
     )
     return k, ring, sensors, links, tasks

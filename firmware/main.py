@@ -15,17 +15,19 @@ else:
 
 
 def start():
-    del globals()["start"]  # run once: its code is freed when it returns
+    del globals()["start"]  # run once (its code stays while main.py runs: kept short)
+    gc.collect()
+    hold = [bytearray(gc.mem_free() * 2 // 5)]  # one block for the ring, kept from boot's fragments
     import lwboot
 
-    try:
-        k, ring, sensors, links, tasks = lwboot.build(board)
-    except Exception as e:  # report anything, then run on defaults
-        print("boot: %r; starting with safe defaults" % (e,))
-        k, ring, sensors, links, tasks = lwboot.build(board, False)
+    b = lwboot.build(board, hold)  # never raises; None: not ready (no link), said on the console
     del lwboot
-    del sys.modules["lwboot"]  # boot-only code: free its heap before the ring is made
+    del sys.modules["lwboot"]  # boot-only code: free its heap
     gc.collect()
+    if b is None:
+        board.led(0)
+        return None  # stop at the REPL (never a reset loop)
+    k, ring, sensors, links, tasks = b
     from lwagent import Agent
 
     ag = Agent(k, ring, sensors, links, board)
@@ -39,7 +41,9 @@ def start():
 
 
 try:
-    asyncio.run(start())
+    io = start()
+    if io is not None:  # None: not ready, said on the console
+        asyncio.run(io)
 except KeyboardInterrupt:
     print("leadwire: stopped")
 except Exception as e:

@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import pty
+import re
 import selectors
 import shutil
 import signal
@@ -46,6 +47,7 @@ from leadwire.tools.firmware_build import build, tool
 
 TRANSPORTS = ("udp", "serial", "both", "repl")
 READY = "leadwire: ready"
+NOT_READY = "leadwire: not ready"  # the agent has no link (or could not boot): nothing can reach it
 
 
 class BoardError(RuntimeError):
@@ -240,12 +242,18 @@ class VirtualBoard:
         while time.monotonic() < end:
             text = self.console()
             if READY in text:
+                # where the board really listens (a config it could not read leaves it on the
+                # default port, not on the one the launcher wrote): the banner says "udp:PORT"
+                m = re.search(r" links .*\budp:(\d+)", text)
+                self.udp_port = int(m.group(1)) if m else None
                 return
-            if self.proc.poll() is not None:
+            if NOT_READY in text or self.proc.poll() is not None:
                 break
             time.sleep(0.02)
         text = self.console()
         self.power_off()
+        if NOT_READY in text:
+            raise BoardError("virtual board is not ready:\n" + text)
         raise BoardError("virtual board did not start:\n" + text)
 
     def power_off(self) -> None:
@@ -318,8 +326,8 @@ def start_board(
         try:
             board.power_on(timeout)
         except BoardError as e:
-            if "cannot bind" in str(e) and attempt + 1 < tries:
-                continue
+            if "udp: cannot open (port %d)" % port in str(e) and attempt + 1 < tries:
+                continue  # the free port was taken in between: another one
             if relay is not None:
                 relay.close()
             raise

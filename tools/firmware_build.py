@@ -73,8 +73,10 @@ def build(kind: str, out: Path) -> list[Item]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if it.compile:
             subprocess.run(
-                # -s: a short source name in tracebacks (every name a board loads costs heap)
-                [cross, "-march=" + MARCH[kind], "-s", it.src.name, "-o", str(dest), str(it.src)],
+                # -s: a short source name in tracebacks (every name a board loads costs heap);
+                # -O3: no line-number tables (~640 B of heap at 64K; tracebacks show no line) --
+                # and no asserts, which the device code does not use
+                [cross, "-march=" + MARCH[kind], "-O3", "-s", it.src.name, "-o", str(dest), str(it.src)],
                 check=True,
                 timeout=60,
                 capture_output=True,
