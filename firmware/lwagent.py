@@ -8,9 +8,10 @@
 # ~4.7 KB) are loaded on the first SUBSCRIBE: a board that is only polled never pays for them.
 #
 # Allocation (checked on the unix port with gc.mem_alloc deltas and heap_lock, tests/firmware):
-#   0 bytes  emit() (ring write + report accumulation), POLL and HELLO answers, serial receive
-#            (readinto + COBS scan) and send (COBS encode + write(buf, n)), the loops when idle.
-#   UDP      recvfrom() allocates the datagram and the peer address (~160 B on 64-bit) and the
+#   0 bytes  emit() (ring write + report accumulation), POLL answers (bursts too) and HELLO
+#            answers, serial receive (readinto + COBS scan) and send (COBS encode + write(buf, n)),
+#            the loops when idle.
+#   UDP      recvfrom() allocates the datagram and the peer address (~160 B on 64-bit) and each
 #            sendto() slice a memoryview (~32 B): per datagram, not per event.
 #   control  SUBSCRIBE, report build / post / ACK, NOTIFY fragments (Frame objects, kept after
 #            sending for the identical resend), health (gc.collect), exceptions.
@@ -27,6 +28,8 @@ from leadwire.bufcopy import copy_into
 from leadwire.framing import encode_into
 
 _RX = const(128)  # largest frame accepted (a SUBSCRIBE of up to 115 channels)
+_BURST = const(32)  # most answer frames one POLL may ask for (wire fragment index 0..31)
+_FAST = const(200)  # events per pass of a sensor with hz 0 (as fast as it can: benchmarks)
 # settings (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
 _TICK = const(2)
 _HCH = const(3)
@@ -118,6 +121,7 @@ class Agent:
         h[_ALAST] = time.ticks_add(time.ticks_ms(), -k[_AGAP])
         self.h = h
         self.tasks: list = []  # main.py keeps the asyncio tasks here
+        self.pushing = 0  # push sessions on all links
         self.poll = select.poll()
         for L in links:
             self.poll.register(L[_IO], select.POLLIN)
@@ -125,6 +129,8 @@ class Agent:
     def emit(self, channel, data, n):
         """One event: into the ring, and into the report body of every session on its channel."""
         self.ring.write(data, channel, n)
+        if not self.pushing:  # no push session on any link: the ring is all (the fast path)
+            return
         for L in self.links:
             s = L[_SUBS].get(channel)
             if s is not None:
@@ -154,9 +160,26 @@ class Agent:
             return self._bad()
         t = b[0] & 0x1F
         tx = L[_TX]
-        if t == wire.POLL and n == 16:
-            m = self.ring.answer_into(tx, wire.seq_hi(b), wire.seq_lo(b), dv.u16(b, 0), dv.u16(b, 1), b[3])
-            self.h[_DROP] += _send(L, tx, m, a)
+        if t == wire.POLL and (n == 16 or n == 17):
+            # a burst: up to max_frames (payload byte 4, 1..32; absent: 1) EVENTS frames back to
+            # back, each from the last offset of the one before, until the ring has no more
+            k = b[14] if n == 17 else 1
+            if not 0 < k <= _BURST:
+                return self._bad()
+            ring = self.ring
+            hi = wire.seq_hi(b)
+            lo = wire.seq_lo(b)
+            me = dv.u16(b, 0)
+            mb = dv.u16(b, 1)
+            i = 0
+            while True:
+                m = ring.answer_into(tx, hi, lo, me, mb, b[3], i)
+                self.h[_DROP] += _send(L, tx, m, a)
+                i += 1
+                if i == k or not ring.backlog:  # backlog is 0 unless the frame was EVENTS
+                    break
+                hi = ring.last_hi
+                lo = ring.last_lo
         elif t == wire.HELLO and n == wire.OVERHEAD:
             m = len(L[_HELLO])
             copy_into(tx, 0, L[_HELLO], 0, m)
@@ -191,6 +214,9 @@ class Agent:
                     s[_PRIO] = k[_APRIO]
                     s[_EVERY] = 0
                 L[_SUBS][ch] = s
+        self.pushing = 0
+        for x in self.links:
+            self.pushing += len(x[_SUBS])
         tx = L[_TX]
         self.h[_DROP] += _send(L, tx, dv.ack_into(tx, 0, tag, 0, 0, 200), a)
         if not chs and not L[_Q].closing:
@@ -304,8 +330,17 @@ class Agent:
         sec = hdue = adue = time.ticks_ms()
         while True:
             now = time.ticks_us()
+            fast = 0
             for s in self.sensors:
                 n = 0
+                if not s[_SPER]:  # hz 0: a batch every pass, the pass again at once
+                    fast = 1
+                    while n < _FAST:
+                        dv.sample_into(s[_SBUF], s[_SNUM])
+                        s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
+                        self.emit(s[0], s[_SBUF], s[_SSIZE])
+                        n += 1
+                    continue
                 while time.ticks_diff(now, s[_SDUE]) >= 0:
                     dv.sample_into(s[_SBUF], s[_SNUM])
                     s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
@@ -327,4 +362,4 @@ class Agent:
             if k[_AMS] and time.ticks_diff(ms, adue) >= 0:
                 adue = time.ticks_add(ms, k[_AMS])
                 self.alarm(2, h[_ALARMS] + 1)  # messages.ALARM_PERIODIC
-            await asyncio.sleep_ms(1)
+            await asyncio.sleep_ms(1 - fast)

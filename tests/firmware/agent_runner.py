@@ -17,9 +17,11 @@ class Sink:
     # a serial port that takes everything (write(buf, n), as UART and FileIO have)
     def __init__(self):
         self.n = 0
+        self.k = 0  # writes (frames)
 
     def write(self, b, n):
         self.n += n
+        self.k += 1
         return n
 
 
@@ -81,6 +83,30 @@ def make_poll(back):
     wire.seal(pf, 4)
 
 
+pb = bytearray(17)
+
+
+def serial_burst():
+    # POLL n = newest - 80 asking for a burst of 4 frames of up to 20 events (payload byte 4)
+    for _ in range(80):
+        ag.emit(1, sample, 16)
+    lo = ring._lo - 80
+    hi = ring._hi
+    if lo < 0:
+        lo += 0x10000
+        hi = (hi - 1) & 0xFFFF
+    wire.put_header(pb, wire.POLL, wire.F_LAST, 0, 0, 7, 0, 5, hi, lo)
+    pb[10] = 0
+    pb[11] = 20
+    pb[12] = 0x07
+    pb[13] = 0xFF
+    pb[14] = 4
+    wire.seal(pb, 5)
+    k = sink.k
+    ag._rx(L, pb, 17, None)
+    assert sink.k - k == 4, sink.k - k  # 4 frames went out (of ~12 events each: 256-byte frames)
+
+
 def emit_one():
     dv.sample_into(sample, 1234)
     ag.emit(1, sample, 16)
@@ -120,6 +146,7 @@ check("emit", emit_one)
 check("serial_poll_answer", serial_poll)
 check("serial_cobs_in_answer_out", serial_bytes_in)
 check("hello_answer", hello_answer)
+check("serial_burst_answer", serial_burst)
 assert sink.n > 0
 
 del sys.modules["core_runner"]  # make room: the checks are done

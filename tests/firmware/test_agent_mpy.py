@@ -37,6 +37,7 @@ def test_hot_path_allocates_nothing(tmp_path: Path) -> None:
         "ok serial_poll_answer",
         "ok serial_cobs_in_answer_out",
         "ok hello_answer",
+        "ok serial_burst_answer",
     ]
     udp = {ln.split()[1]: int(ln.split()[2]) for ln in out if ln.startswith("udp")}
     # per datagram, not per event: the received bytes and the peer address, and one memoryview

@@ -364,6 +364,8 @@ def test_bad_frames_counted_and_agent_alive(open_dut: Open, transport: str) -> N
         bytes([0x41]) + good[1:],  # version 2
         codec.encode(Frame(wire.EVENTS, 5, b"\x00\x00\x00")),  # valid frame, wrong direction
         codec.encode(Frame(wire.POLL, 5, b"\x00")),  # POLL payload of the wrong size
+        codec.encode(Frame(wire.POLL, 5, b"\x00\x01\x00\x40\x00")),  # a burst of 0 frames
+        codec.encode(Frame(wire.POLL, 5, b"\x00\x01\x00\x40\x21")),  # a burst of 33 frames
     ]
     for b in bad:
         c.send_raw(b)
