@@ -134,8 +134,15 @@ class SimCore:
             if t == wire.POLL:
                 n, me, mb = messages.decode_poll(f)
                 buf = bytearray(wire.OVERHEAD + wire.MAX_PAYLOAD)
-                size = self.ring.answer_into(buf, n >> 16, n & 0xFFFF, me, mb, f.message_id)
-                return [bytes(buf[:size])]
+                hi, lo = n >> 16, n & 0xFFFF
+                answers = []
+                for i in range(messages.poll_frames(f)):  # a burst: frames going on from each other
+                    size = self.ring.answer_into(buf, hi, lo, me, mb, f.message_id, i)
+                    answers.append(bytes(buf[:size]))
+                    if buf[0] & 0x1F != wire.EVENTS or not self.ring.backlog:
+                        break
+                    hi, lo = self.ring.last_hi, self.ring.last_lo
+                return answers
             if t == wire.HELLO and not f.payload:
                 return [self.hello(f.message_id)]
             if t == wire.SUBSCRIBE:

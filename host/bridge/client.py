@@ -288,7 +288,7 @@ class DeviceClient:
             return messages.subscribe_frame(self.cfg.subscribe, self.sub_tag)
         if now_s - self._last_hello_s >= self.poll_cfg.hello_interval:
             pc.ask_hello()  # periodic: catches a restart of a device whose ring is empty
-        f = pc.next_request(self.poll_cfg.batch, self.poll_cfg.max_bytes)
+        f = pc.next_request(self.poll_cfg.batch, self.poll_cfg.max_bytes, self.poll_cfg.frames)
         if f.type == wire.POLL:
             self.outstanding = REQ_POLL
             self.dc["polls"] += 1
@@ -354,15 +354,26 @@ class DeviceClient:
                 self.dirty = True
                 if t == wire.EVENTS:
                     self._stale_events(f, rx_us)
+                if t == wire.EVENTS and f.message_id == pc.tag and pc.burst_done and self.outstanding:
+                    # a frame of the current burst went missing: poll again from n at once
+                    self.outstanding = 0
+                    self.next_delay = 0.0
+                    return True
                 return False
-            self.outstanding = 0
-            self.dc["round_trips"] += 1
-            self.dirty = True
             if kind == core.EVENTS:
                 self._events(f, data, rx_us)
                 self._sync_loss(rx_us)
+                self.dirty = True
+                if not pc.burst_done:
+                    return False  # more frames of this burst are on their way
+                self.outstanding = 0
+                self.dc["round_trips"] += 1
                 self._adapt(now_s, len(data), pc.backlog, full=len(data) >= self.poll_cfg.batch)
-            elif kind == core.NOTHING:
+                return True
+            self.outstanding = 0
+            self.dc["round_trips"] += 1
+            self.dirty = True
+            if kind == core.NOTHING:
                 self._adapt(now_s, 0, 0, full=False)
             elif kind == core.RECOVER:
                 self._on_loss(data, old_epoch, rx_us)

@@ -55,6 +55,31 @@ def test_every_event_exactly_once_over_udp_and_serial(tmp_path: Path) -> None:
     run(main())
 
 
+def test_burst_polls_every_event_exactly_once_in_fewer_round_trips(tmp_path: Path) -> None:
+    """POLLs asking for up to 8 frames of 10 events: the same exactly-once store, a fraction of the polls."""
+
+    async def main() -> None:
+        fleet = await SimFleet(3, rate=0, capacity=1024, serial=1, seed=4).start()
+        b = await _started(
+            tmp_path, fleet, polling={"batch": 10, "frames": 8, "adaptive": False, "interval": 0.05}
+        )
+        for core in fleet.cores:
+            core.write_events(700)  # first contact finds them all held: recovered, then in order
+        await b.start()
+        await wait_for(lambda: b.events_committed == 3 * 700)
+        await b.stop()
+        await fleet.stop()
+        db = tmp_path / "store.db"
+        for dev, core in enumerate(fleet.cores, start=1):
+            offs = [r[0] for r in query(db, "SELECT offset FROM events WHERE dev=? ORDER BY arrival", dev)]
+            assert offs == [core.offset_of(i) for i in range(700)]
+        assert query(db, "SELECT COUNT(*), SUM(duplicate) FROM arrivals") == [(2100, 0)]
+        # 700 events in frames of 10 = 70 frames; bursts of 8: 9 polls + HELLO and first contact
+        assert len(b.clients) == 3 and all(cl.dc["polls"] <= 15 for cl in b.clients.values())
+
+    run(main())
+
+
 def test_overrun_loss_is_exact_over_udp(tmp_path: Path) -> None:
     async def main() -> None:
         fleet = await SimFleet(2, rate=0, capacity=16, seed=2).start()
