@@ -251,10 +251,13 @@ def extract(
         if date_to:
             df = df.where(F.col(PARTITION_COLUMN) <= date_to)
         frames[name] = df.select(*(f.name for f in spark_schema(name).fields))
-    if frames["arrivals"].isEmpty():
-        rng = "" if not (date_from or date_to) else " between %s and %s" % (date_from or "-", date_to or "-")
-        raise BadInput("%s: no arrival rows%s" % (_join(input_dir, "arrivals"), rng))
     return Inputs(frames["arrivals"], frames["losses"], frames["boots"])
+
+
+def _range(date_from: str | None, date_to: str | None) -> str:
+    if not (date_from or date_to):
+        return ""
+    return " between %s and %s" % (date_from or "-", date_to or "-")
 
 
 # ------------------------------------------------------------------------------------- transform
@@ -279,12 +282,13 @@ def build_tables(
     cw = keep(T.transform_channel_windows(rows))
     rec = keep(T.transform_recoveries(inputs.losses, window_seconds))
     rst = keep(T.transform_restarts(inputs.boots, window_seconds))
-    lat = keep(T.transform_latency_counts(rows))
-    devices = keep(T.transform_devices(cw, rec, rst, lat))
+    lat_values = T.transform_latency_values(T.transform_arrivals(inputs.arrivals, window_seconds))
+    lat = keep(T.transform_latency_counts(lat_values))
+    devices = keep(T.transform_devices(cw, rec, rst, lat_values))
     fleet_latency = T.transform_fleet_latency(lat)
     return {
         "channel_windows": cw,
-        "lead_histogram": T.transform_lead_histogram(rows),
+        "lead_histogram": T.transform_lead_histogram(cw),
         "recoveries": rec,
         "restarts": rst,
         "devices": devices,
@@ -377,12 +381,18 @@ def run_job(
     try:
         with prog.stage("extract %s" % input_dir):
             inputs = extract(spark, input_dir, date_from, date_to, prog)
-        with prog.stage("leads and ordering per lead domain"):
-            rows = keep(transform_rows(inputs, window_seconds))
-            nrows = rows.count()
-            prog.log("  %d arrival rows" % nrows)
-        with prog.stage("aggregate"):
+        with prog.stage("leads, ordering and channel windows"):
+            rows = transform_rows(inputs, window_seconds)  # per arrival: not cached, read once
             tables = build_tables(rows, inputs, window_seconds, worst_n, keep=keep)
+            cw = tables["channel_windows"]
+            ncw = cw.count()
+            nrows = int(cw.agg(F.coalesce(F.sum("messages"), F.lit(0))).first()[0])  # type: ignore[index]
+            if nrows == 0:
+                raise BadInput(
+                    "%s: no arrival rows%s" % (_join(input_dir, "arrivals"), _range(date_from, date_to))
+                )
+            prog.log("  %d arrival rows -> %d device-channel-window rows" % (nrows, ncw))
+        with prog.stage("aggregate"):
             collected: dict[str, Any] = {}
             for name, df in tables.items():
                 order = TABLE_ORDER[name]
@@ -396,18 +406,33 @@ def run_job(
             mismatch_rows = 0
             mismatch_head = None
             if n_mismatch:
-                mm = T.transform_mismatches(rows).orderBy(
-                    "device_id", "boot_epoch", "kind", "session", "lead_channel", "arrival"
+                # the per-arrival plan runs once more here, only when the bridge disagrees, and only
+                # for the devices that have mismatches (lead domains never span devices)
+                bad = [
+                    r["device_id"]
+                    for r in collected["devices"].to_pylist()
+                    if r["lead_mismatches"] or r["dup_flag_mismatches"]
+                ]
+                bad_in = Inputs(
+                    inputs.arrivals.where(F.col("device_id").isin(bad)), inputs.losses, inputs.boots
                 )
+                mm = T.transform_mismatches(transform_rows(bad_in, window_seconds))
                 mm.write.mode("overwrite").parquet(_join(out_dir, "mismatches"))
-                mismatch_head = mm.limit(MISMATCH_CSV_ROWS).toArrow()
-                mismatch_rows = int(spark.read.parquet(_join(out_dir, "mismatches")).count())
+                written = spark.read.parquet(_join(out_dir, "mismatches"))
+                mismatch_rows = written.count()
+                mismatch_head = written.orderBy(*T.LEAD_KEY, "arrival").limit(MISMATCH_CSV_ROWS).toArrow()
                 collected["mismatches"] = mismatch_head
                 prog.log(
                     "  consistency: %d rows disagree with the bridge (lead or duplicate flag)" % mismatch_rows
                 )
             else:
                 prog.log("  consistency: stored lead and duplicate flags all agree with the recomputation")
+                shutil.rmtree(
+                    os.path.join(local_dir, "mismatches"), ignore_errors=True
+                )  # a stale earlier run
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(local_dir, "csv", "mismatches.csv"))
+                    os.remove(os.path.join(local_dir, "parquet", "mismatches.parquet"))
             _write_local_tables(collected, local_dir)
             seconds = time.monotonic() - t0
             summary = {k: _plain(v) for k, v in summary_row.items()}

@@ -23,6 +23,11 @@ KEY = "device_id, boot_epoch, kind, session, lead_channel"
 DIMS = "device_id, kind, channel, firmware_version, transport, window_start"
 PCTS = ((0.5, "p50"), (0.95, "p95"), (0.99, "p99"))
 METRICS = ("rx_to_commit", "gen_to_rx")
+BUCKET_CASE = (
+    "CASE WHEN lead_calc <= -100 THEN 0 WHEN lead_calc <= -10 THEN 1 WHEN lead_calc <= -2 THEN 2 "
+    "WHEN lead_calc = -1 THEN 3 WHEN lead_calc = 0 THEN 4 WHEN lead_calc = 1 THEN 5 "
+    "WHEN lead_calc = 2 THEN 6 WHEN lead_calc <= 9 THEN 7 WHEN lead_calc <= 99 THEN 8 ELSE 9 END"
+)
 BUCKET_LABELS = ("<=-100", "-99..-10", "-9..-2", "-1", "0", "1", "2", "3..9", "10..99", ">=100")
 
 
@@ -132,15 +137,14 @@ def run_oracle(
         count(*) FILTER (lead_calc > 1) AS lead_gt1, count(*) FILTER (lead_calc < 0) AS lead_lt0,
         coalesce(sum(lead_calc - 1) FILTER (lead_calc > 1), 0) AS skipped, sum(gap_after) AS lost,
         sum(report_head_missing) AS report_head_missing,
-        count(*) FILTER (lead <> lead_calc) AS lead_mismatches, sum(payload_bytes) AS payload_bytes
+        count(*) FILTER (lead <> lead_calc) AS lead_mismatches, sum(payload_bytes) AS payload_bytes, %s
         FROM r GROUP BY device_id, kind, channel, firmware_version, transport, window_us"""
+        % ", ".join("count(*) FILTER (%s = %d) AS lead_hist_%d" % (BUCKET_CASE, i, i) for i in range(10))
     )
     q(
         """CREATE TEMP TABLE hist AS SELECT kind, firmware_version, transport,
-        CASE WHEN lead_calc <= -100 THEN 0 WHEN lead_calc <= -10 THEN 1 WHEN lead_calc <= -2 THEN 2
-             WHEN lead_calc = -1 THEN 3 WHEN lead_calc = 0 THEN 4 WHEN lead_calc = 1 THEN 5
-             WHEN lead_calc = 2 THEN 6 WHEN lead_calc <= 9 THEN 7 WHEN lead_calc <= 99 THEN 8 ELSE 9 END
-          AS bucket_order, count(*) AS n FROM r GROUP BY ALL"""
+        %s AS bucket_order, count(*) AS n FROM r GROUP BY ALL"""
+        % BUCKET_CASE
     )
     q(
         """CREATE TEMP TABLE lat AS

@@ -63,7 +63,8 @@ ARRIVAL_COLS = [
     "commit_us",
     "e2e_us",
 ]
-LEAD_COLS = [*ARRIVAL_COLS, "pos", "useq", "lead_calc"]
+DOMAIN_COLS = [c for c in ARRIVAL_COLS if c not in ("commit_us", "e2e_us")]
+LEAD_COLS = [*DOMAIN_COLS, "domain_hash", "pos", "useq", "lead_calc"]
 ROW_COLS = [
     *LEAD_COLS,
     "dup_calc",
@@ -74,6 +75,7 @@ ROW_COLS = [
     "gap_after",
     "report_head_missing",
 ]
+HIST_COLS = ["lead_hist_%d" % i for i in range(len(LEAD_BUCKETS))]
 COUNT_COLS = [
     "messages",
     "unique",
@@ -99,7 +101,7 @@ COUNT_COLS = [
 ]
 SUM_COLS = [c for c in COUNT_COLS if not c.endswith("_max")]
 MAX_COLS = [c for c in COUNT_COLS if c.endswith("_max")]
-CHANNEL_WINDOW_COLS = [*DIMS, *COUNT_COLS, "loss_rate"]
+CHANNEL_WINDOW_COLS = [*DIMS, *COUNT_COLS, "loss_rate", *HIST_COLS]
 RECOVERY_DIMS = ["device_id", "firmware_version", "transport", "window_start", "cause"]
 RECOVERY_COLS = [
     *RECOVERY_DIMS,
@@ -113,7 +115,8 @@ RECOVERY_COLS = [
 ]
 RESTART_DIMS = ["device_id", "firmware_version", "transport", "window_start"]
 RESTART_COLS = [*RESTART_DIMS, "boots_seen", "restarts", "detected_by_recovery"]
-LATENCY_COUNT_COLS = ["device_id", "firmware_version", "transport", "metric", "value_us", "n"]
+LATENCY_VALUE_COLS = ["device_id", "firmware_version", "transport", "metric", "value_us", "n"]
+LATENCY_COUNT_COLS = ["firmware_version", "transport", "metric", "value_us", "n"]
 LATENCY_COLS = ["metric", "n", *("p%g" % (p * 100) for p in PERCENTILES)]
 LATENCY_WIDE = ["%s_p%g_us" % (m, p * 100) for m in LATENCY_METRICS for p in PERCENTILES]
 DEVICE_COLS = [
@@ -215,7 +218,10 @@ def transform_arrivals(arrivals: DataFrame, window_seconds: int = 3600) -> DataF
 
 def transform_leads(df: DataFrame) -> DataFrame:
     """Spec 000 lead recomputed from arrival order per lead domain, wrap-safe at 2^32."""
-    by_arrival = Window.partitionBy(*LEAD_KEY).orderBy("arrival")
+    # The domain's hash goes first in the partitioning: exact (all key columns follow), but the
+    # sort compares a long prefix instead of strings.
+    df = df.select(*DOMAIN_COLS, F.xxhash64(*LEAD_KEY).alias("domain_hash"))
+    by_arrival = Window.partitionBy("domain_hash", *LEAD_KEY).orderBy("arrival")
     running = by_arrival.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = by_arrival.rowsBetween(Window.unboundedPreceding, -1)
     prev = F.col("_prev")
@@ -238,7 +244,9 @@ def transform_order(df: DataFrame) -> DataFrame:
     first arrival is the next higher seq ever received (gap) or an earlier copy (duplicate), and
     the nearest earlier row with lead > 0 is the arrival that first overtook it.
     """
-    by_seq = Window.partitionBy(*LEAD_KEY).orderBy(F.col("useq").desc(), F.col("arrival").asc())
+    by_seq = Window.partitionBy("domain_hash", *LEAD_KEY).orderBy(
+        F.col("useq").desc(), F.col("arrival").asc()
+    )
     above_rows = by_seq.rowsBetween(Window.unboundedPreceding, -1)
     whole = by_seq.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     new_max = F.col("lead_calc") > 0
@@ -294,8 +302,10 @@ def _bucket_label(order: Column) -> Column:
 
 # ------------------------------------------------------------------------------------ aggregates
 def transform_channel_windows(rows: DataFrame) -> DataFrame:
-    """Per device, kind, channel, firmware, transport and time window: the counting metrics."""
+    """Per device, kind, channel, firmware, transport and time window: the counting metrics, and the
+    lead histogram (lead_hist_<i> counts leads in LEAD_BUCKETS[i])."""
     lead = F.col("lead_calc")
+    bucket = lead_bucket_order(lead)
     late = F.col("late")
     return (
         rows.groupBy(*DIMS)
@@ -321,22 +331,27 @@ def transform_channel_windows(rows: DataFrame) -> DataFrame:
             F.sum("report_head_missing").cast("long").alias("report_head_missing"),
             _n(F.col("lead") != lead).alias("lead_mismatches"),
             F.sum("payload_bytes").cast("long").alias("payload_bytes"),
+            *(_n(bucket == i).alias(c) for i, c in enumerate(HIST_COLS)),
         )
         .withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
         .select(*CHANNEL_WINDOW_COLS)
     )
 
 
-def transform_lead_histogram(rows: DataFrame) -> DataFrame:
-    """Recomputed lead in buckets (1, 0, >1, <0 split by size) per kind, firmware and transport."""
-    return (
-        rows.groupBy(
-            "kind",
-            "firmware_version",
-            "transport",
-            lead_bucket_order(F.col("lead_calc")).alias("bucket_order"),
+def transform_lead_histogram(cw: DataFrame) -> DataFrame:
+    """Recomputed lead in buckets (1, 0, >1, <0 split by size) per kind, firmware and transport,
+    from the histogram columns of the channel windows."""
+    stacked = F.explode(
+        F.array(
+            *(F.struct(F.lit(i).alias("bucket_order"), F.col(c).alias("n")) for i, c in enumerate(HIST_COLS))
         )
-        .agg(F.count(F.lit(1)).alias("n"))
+    )
+    return (
+        cw.select("kind", "firmware_version", "transport", stacked.alias("h"))
+        .select("kind", "firmware_version", "transport", "h.bucket_order", "h.n")
+        .groupBy("kind", "firmware_version", "transport", "bucket_order")
+        .agg(F.sum("n").cast("long").alias("n"))
+        .where(F.col("n") > 0)
         .withColumn("bucket", _bucket_label(F.col("bucket_order")))
         .select(*HISTOGRAM_COLS)
     )
@@ -348,13 +363,13 @@ def transform_mismatches(rows: DataFrame) -> DataFrame:
     return rows.where(bad).select(*MISMATCH_COLS)
 
 
-def transform_latency_counts(rows: DataFrame) -> DataFrame:
-    """Latency values (us) with their multiplicity per device: the exact-percentile building block.
+def transform_latency_values(arrivals: DataFrame) -> DataFrame:
+    """One row per latency value (us), n = 1, from transform_arrivals output (no lead needed).
 
     rx_to_commit = host_commit_ts - host_rx_ts (bridge); gen_to_rx = host_rx_ts - gen_ts (end to
     end, only where gen_ts is known).
     """
-    long = rows.select(
+    long = arrivals.select(
         "device_id",
         "firmware_version",
         "transport",
@@ -367,36 +382,29 @@ def transform_latency_counts(rows: DataFrame) -> DataFrame:
     ).select("device_id", "firmware_version", "transport", "m.metric", "m.value_us")
     return (
         long.where(F.col("value_us").isNotNull())
-        .groupBy("device_id", "firmware_version", "transport", "metric", "value_us")
-        .agg(F.count(F.lit(1)).alias("n"))
+        .withColumn("n", F.lit(1).cast("long"))
+        .select(*LATENCY_VALUE_COLS)
+    )
+
+
+def transform_latency_counts(values: DataFrame) -> DataFrame:
+    """The latency multiset per firmware and transport: (value_us, n). Per device values are
+    nearly all distinct, across devices they repeat: this is what the fleet-level percentiles read."""
+    return (
+        values.groupBy("firmware_version", "transport", "metric", "value_us")
+        .agg(F.sum("n").cast("long").alias("n"))
         .select(*LATENCY_COUNT_COLS)
     )
 
 
 def transform_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
-    """Exact percentiles (linear interpolation between order statistics, like numpy's default and
-    DuckDB's quantile_cont) from a (value_us, n) multiset, per `by` + metric."""
-    part = [*by, "metric"]
-    agg = counts.groupBy(*part, "value_us").agg(F.sum("n").alias("n"))
-    ordered = Window.partitionBy(*part).orderBy("value_us")
-    running = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    agg = agg.withColumn("_cum", F.sum("n").over(running)).withColumn("_total", F.sum("n").over(whole))
-    # the value at 0-based rank r is on the row with _cum - n <= r < _cum
-    outs = []
-    for p in PERCENTILES:
-        pos = (F.col("_total") - 1).cast("double") * F.lit(p)
-        for side, r in (("lo", F.floor(pos)), ("hi", F.ceil(pos))):
-            hit = (F.col("_cum") - F.col("n") <= r) & (r < F.col("_cum"))
-            outs.append(F.min(F.when(hit, F.col("value_us"))).alias("_%s_%d" % (side, round(p * 1000))))
-    res = agg.groupBy(*part).agg(F.max("_total").alias("n"), *outs)
-    cols = []
-    for p in PERCENTILES:
-        pos = (F.col("n") - 1).cast("double") * F.lit(p)
-        lo = F.col("_lo_%d" % round(p * 1000)).cast("double")
-        hi = F.col("_hi_%d" % round(p * 1000)).cast("double")
-        cols.append((lo + (hi - lo) * (pos - F.floor(pos))).alias("p%g" % (p * 100)))
-    return res.select(*by, "metric", "n", *cols)
+    """Exact percentiles (linear interpolation between order statistics at (n-1)p, like numpy's
+    default and DuckDB's quantile_cont) from the (value_us, n) multiset, per `by` + metric."""
+    pct = F.percentile(F.col("value_us"), list(PERCENTILES), F.col("n"))
+    res = counts.groupBy(*by, "metric").agg(F.sum("n").cast("long").alias("n"), pct.alias("_p"))
+    return res.select(
+        *by, "metric", "n", *(F.col("_p")[i].alias("p%g" % (p * 100)) for i, p in enumerate(PERCENTILES))
+    )
 
 
 def _latency_wide(pct: DataFrame, by: list[str]) -> DataFrame:
@@ -505,7 +513,7 @@ def _fill_counts(df: DataFrame, cols: list[str]) -> DataFrame:
     return df.fillna(0, subset=cols)
 
 
-def transform_devices(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat_counts: DataFrame) -> DataFrame:
+def transform_devices(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat_values: DataFrame) -> DataFrame:
     """One row per device over the whole input: counts, rates, restarts, recoveries, latency."""
     base = cw.groupBy("device_id").agg(
         F.array_join(F.array_sort(F.collect_set("firmware_version")), ",").alias("firmware_versions"),
@@ -513,7 +521,7 @@ def transform_devices(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat_counts:
         *(F.sum(c).cast("long").alias(c) for c in SUM_COLS),
         *(F.max(c).cast("long").alias(c) for c in MAX_COLS),
     )
-    lat = _latency_wide(transform_percentiles(lat_counts, ["device_id"]), ["device_id"])
+    lat = _latency_wide(transform_percentiles(lat_values, ["device_id"]), ["device_id"])
     out = (
         base.join(_recovery_rollup(rec, ["device_id"]), on="device_id", how="full")
         .join(_restart_rollup(rst, ["device_id"]), on="device_id", how="full")

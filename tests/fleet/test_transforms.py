@@ -183,7 +183,7 @@ def test_consistency_mismatches_are_reported(spark: SparkSession) -> None:
 def test_lead_histogram_buckets(spark: SparkSession) -> None:
     # leads: 1, 1, 150 (>=100), -100 (<=-100), -1, 0 (152 again: duplicate of the newest), 3 (3..9)
     rows = rows_of(spark, stream([1, 2, 152, 52, 151, 152, 155]))
-    h = T.transform_lead_histogram(rows)
+    h = T.transform_lead_histogram(T.transform_channel_windows(rows))
     assert_rows(
         spark,
         h,
@@ -316,7 +316,8 @@ def test_exact_latency_percentiles_match_numpy(spark: SparkSession) -> None:
         r["host_commit_ts"] = r["host_rx_ts"] + dt.timedelta(microseconds=c)
         r["gen_ts"] = r["host_rx_ts"] - dt.timedelta(microseconds=2 * c)
     rows[0]["gen_ts"] = None  # unknown generation time: left out of gen_to_rx
-    lat = T.transform_fleet_latency(T.transform_latency_counts(rows_of(spark, rows)))
+    values = T.transform_latency_values(T.transform_arrivals(arrivals_df(spark, rows)))
+    lat = T.transform_fleet_latency(T.transform_latency_counts(values))
     got = {r["metric"]: r for r in lat.collect()}
     for metric, values in (("rx_to_commit", commit_us), ("gen_to_rx", [2 * c for c in commit_us[1:]])):
         assert got[metric]["n"] == len(values)
@@ -350,8 +351,9 @@ def test_devices_worst_and_compare(spark: SparkSession) -> None:
     )
     rec = T.transform_recoveries(empty_losses)
     rst = T.transform_restarts(boots)
-    lat = T.transform_latency_counts(rows)
-    devices = T.transform_devices(cw, rec, rst, lat)
+    values = T.transform_latency_values(T.transform_arrivals(arrivals_df(spark, a + b + c)))
+    lat = T.transform_latency_counts(values)
+    devices = T.transform_devices(cw, rec, rst, values)
     # z has a boot but no arrivals: it is still a device (full join), with zero counts
     assert_rows(
         spark,

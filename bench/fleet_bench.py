@@ -1,0 +1,132 @@
+"""Fleet job benchmark: Spark (local[2]) vs a single-process DuckDB oracle on the same data.
+
+For each size it generates telemetry with known loss, duplication, reordering, restarts and
+overruns (leadwire.fleet.synth), runs the Spark job (tables, no HTML report) and the DuckDB oracle
+(same tables, in memory), and prints both times, the ratio, whether every table is equal, and
+whether the Spark summary matches the injected ground truth.
+
+    .venv/bin/python bench/fleet_bench.py                 # 1M and 10M rows
+    .venv/bin/python bench/fleet_bench.py --rows 1000000  # one size
+
+JVM start-up is timed separately and not included in the Spark time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from typing import Any
+
+import pandas as pd
+
+from leadwire.fleet.job import TABLE_ORDER, build_session, run_job
+from leadwire.fleet.oracle import compare_tables, run_oracle
+from leadwire.fleet.synth import SynthConfig, generate, write_export
+
+TRUTH_KEYS = {  # summary column -> ground-truth key
+    "messages": "rows",
+    "unique": "unique",
+    "lost": "lost",
+    "duplicates": "duplicates",
+    "late": "late",
+    "lateness_seq_sum": "lateness_sum",
+    "restarts": "restarts",
+    "overruns": "overruns",
+    "events_lost_exact": "events_lost_exact",
+    "recovery_phases": "recovery_phases",
+    "retransmissions": "retransmissions",
+    "lead_mismatches": "lead_mismatches",
+    "dup_flag_mismatches": "dup_flag_mismatches",
+}
+
+
+def one(rows: int, out: str, spark: Any, threads: int) -> dict[str, Any]:
+    export = os.path.join(out, "export-%d" % rows)
+    result = os.path.join(out, "spark-%d" % rows)
+    shutil.rmtree(export, ignore_errors=True)
+    t = time.monotonic()
+    tables, truth = generate(SynthConfig(rows=rows, lead_errors=5, dup_flag_errors=3, seed=rows % 997))
+    write_export(tables, export)
+    del tables
+    gen_s = time.monotonic() - t
+    print("[bench] %d rows generated and written in %.1fs" % (truth.totals["rows"], gen_s), flush=True)
+
+    t = time.monotonic()
+    summary = run_job(export, result, spark, report=False, progress=True)
+    spark_s = time.monotonic() - t
+    print("[bench] spark job %.1fs" % spark_s, flush=True)
+
+    t = time.monotonic()
+    want = run_oracle(export, threads=threads)
+    duck_s = time.monotonic() - t
+    print("[bench] duckdb oracle %.1fs" % duck_s, flush=True)
+
+    got = {n: pd.read_parquet(os.path.join(result, "parquet", n + ".parquet")) for n in TABLE_ORDER}
+    diffs = compare_tables(got, want, TABLE_ORDER)
+    truth_diffs = [
+        "%s: spark %s, truth %s" % (k, summary[k], truth.totals[v])
+        for k, v in TRUTH_KEYS.items()
+        if summary[k] != truth.totals[v]
+    ]
+    return {
+        "rows": truth.totals["rows"],
+        "generate_s": gen_s,
+        "spark_s": spark_s,
+        "duckdb_s": duck_s,
+        "ratio": spark_s / duck_s,
+        "equal": not diffs,
+        "diffs": diffs,
+        "truth_ok": not truth_diffs,
+        "truth_diffs": truth_diffs,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "fleet"))
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--threads", type=int, default=2, help="DuckDB threads (match the Spark cores)")
+    ap.add_argument("--shuffle-partitions", type=int, default=4)
+    ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument("--keep", action="store_true", help="keep the generated export and Spark output")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    t = time.monotonic()
+    spark = build_session(a.master, a.shuffle_partitions, a.driver_memory, app_name="leadwire-fleet-bench")
+    print("[bench] spark session (%s) started in %.1fs" % (a.master, time.monotonic() - t), flush=True)
+    results = []
+    try:
+        for n in a.rows:
+            r = one(n, a.out, spark, a.threads)
+            results.append(r)
+            if not a.keep:
+                shutil.rmtree(os.path.join(a.out, "export-%d" % n), ignore_errors=True)
+    finally:
+        spark.stop()
+    print()
+    print("%12s %10s %10s %8s %7s %7s" % ("rows", "spark s", "duckdb s", "ratio", "equal", "truth"))
+    ok = True
+    for r in results:
+        print(
+            "%12d %10.1f %10.1f %8.2f %7s %7s"
+            % (
+                r["rows"],
+                r["spark_s"],
+                r["duckdb_s"],
+                r["ratio"],
+                "yes" if r["equal"] else "NO",
+                "yes" if r["truth_ok"] else "NO",
+            )
+        )
+        for d in r["diffs"][:20] + r["truth_diffs"]:
+            print("    " + d)
+        ok = ok and r["equal"] and r["truth_ok"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
