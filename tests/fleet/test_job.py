@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +128,13 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "input not found" in res.output
 
 
-def test_spark_submit_entry_runs_as_a_script(tmp_path: Path) -> None:
-    env: dict[str, Any] = {**os.environ}
+def test_spark_submit_entry_runs_as_a_script_without_leadwire_installed(tmp_path: Path) -> None:
+    # -S: no site hooks, so the editable leadwire install is invisible; pyspark still imports
+    env: dict[str, Any] = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+    probe = subprocess.run([sys.executable, "-S", "-c", "import leadwire"], capture_output=True, env=env)
+    assert probe.returncode != 0
     res = subprocess.run(
-        [sys.executable, str(JOB), "--help"],
+        [sys.executable, "-S", str(JOB), "--help"],
         capture_output=True,
         text=True,
         env=env,
