@@ -47,10 +47,23 @@ typecheck: $(STAMP) $(TYPINGS)/.stamp-stubs
 	  firmware/wlan.py firmware/boards/esp32.py firmware/boards/rp2.py firmware/boards/unix.py shared/leadwire
 
 demo: $(STAMP)
-	$(BIN)/leadwire demo
+	$(BIN)/leadwire demo $(DEMO_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python bench/core_bench.py
+	@# every benchmark script of bench/ that exists, a header each (fleet_bench at 1M rows: its
+	@# default adds 10M); goes on past a failing script and fails at the end. QUICK=1: --quick
+	@# where a script has it. Figures: docs/benchmarks.md.
+	@failed=""; \
+	for s in core_bench bridge_bench fleet_bench fuzz_bench netem_bench peer_mqtt_bench; do \
+	  f=bench/$$s.py; \
+	  if [ ! -f $$f ]; then echo "===== $$f: not present, skipped"; continue; fi; \
+	  args=""; \
+	  if [ $$s = fleet_bench ]; then args=" --rows 1000000"; fi; \
+	  if [ -n "$(QUICK)" ] && grep -q -- '"--quick"' $$f; then args="$$args --quick"; fi; \
+	  echo; echo "===== $$f$$args ($$(date -u +%FT%TZ), load $$(cut -d' ' -f1-3 /proc/loadavg))"; \
+	  $(BIN)/python $$f $$args || failed="$$failed $$s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed" >&2; exit 1; fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info
