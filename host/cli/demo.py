@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -847,6 +848,27 @@ class Demo:
 
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
+        lock = (self.out / ".demo.lock").open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            self.say(
+                "FAILED: another demo is running in %s (pid %s): give another --out"
+                % (self.out, lock.read().strip() or "?")
+            )
+            lock.close()
+            return 2
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        try:
+            return self._run_locked()
+        finally:
+            lock.close()
+
+    def _run_locked(self) -> int:
         _clean(self.out)
         self.reaper.install()
         try:
@@ -1187,7 +1209,8 @@ class Demo:
         self.outcome.spark_seconds = time.monotonic() - t
         self.reaper.procs = [(n, q) for n, q in self.reaper.procs if q is not p]
         if rc != 0:
-            tail = (self.out / "fleet.log").read_text(errors="replace")[-1500:]
+            log = self.out / "fleet.log"
+            tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
             raise DemoError("the Spark fleet job failed (exit status %d):\n%s" % (rc, tail))
         self.say(
             "spark: done in %.1fs; report %s"

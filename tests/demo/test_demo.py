@@ -153,3 +153,36 @@ def test_ctrl_c_during_the_spark_job_stops_the_jvm(tmp_path: Path) -> None:
     assert any("java" in p for p in leftovers(out)), "no JVM seen:\n" + "".join(run.lines)
     assert run.interrupt() == 128 + signal.SIGINT
     assert leftovers(out) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_second_demo_on_the_same_out_dir_is_refused_and_deletes_nothing(tmp_path: Path) -> None:
+    import fcntl
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "store.db").write_text("another run's store")
+    with (out / ".demo.lock").open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write("4242")
+        lock.flush()
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "leadwire.cli",
+                "demo",
+                "--simulated",
+                "2",
+                "--boards",
+                "0",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=50,
+        )
+    assert r.returncode == 2
+    assert "another demo is running in %s (pid 4242)" % out in r.stderr
+    assert (out / "store.db").read_text() == "another run's store"
