@@ -116,7 +116,6 @@ RECOVERY_COLS = [
 RESTART_DIMS = ["device_id", "firmware_version", "transport", "window_start"]
 RESTART_COLS = [*RESTART_DIMS, "boots_seen", "restarts", "detected_by_recovery"]
 LATENCY_VALUE_COLS = ["device_id", "firmware_version", "transport", "metric", "value_us", "n"]
-LATENCY_COUNT_COLS = ["firmware_version", "transport", "metric", "value_us", "n"]
 LATENCY_COLS = ["metric", "n", *("p%g" % (p * 100) for p in PERCENTILES)]
 LATENCY_WIDE = ["%s_p%g_us" % (m, p * 100) for m in LATENCY_METRICS for p in PERCENTILES]
 DEVICE_COLS = [
@@ -387,19 +386,9 @@ def transform_latency_values(arrivals: DataFrame) -> DataFrame:
     )
 
 
-def transform_latency_counts(values: DataFrame) -> DataFrame:
-    """The latency multiset per firmware and transport: (value_us, n). Per device values are
-    nearly all distinct, across devices they repeat: this is what the fleet-level percentiles read."""
-    return (
-        values.groupBy("firmware_version", "transport", "metric", "value_us")
-        .agg(F.sum("n").cast("long").alias("n"))
-        .select(*LATENCY_COUNT_COLS)
-    )
-
-
 def transform_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
     """Exact percentiles (linear interpolation between order statistics at (n-1)p, like numpy's
-    default and DuckDB's quantile_cont) from the (value_us, n) multiset, per `by` + metric."""
+    default and DuckDB's quantile_cont) of value_us weighted by n, per `by` + metric."""
     pct = F.percentile(F.col("value_us"), list(PERCENTILES), F.col("n"))
     res = counts.groupBy(*by, "metric").agg(F.sum("n").cast("long").alias("n"), pct.alias("_p"))
     return res.select(
@@ -545,7 +534,7 @@ def transform_worst(devices: DataFrame, n: int = 10) -> DataFrame:
 
 
 def transform_compare(
-    cw: DataFrame, rec: DataFrame, rst: DataFrame, lat_counts: DataFrame, dim: str
+    cw: DataFrame, rec: DataFrame, rst: DataFrame, lat_values: DataFrame, dim: str
 ) -> DataFrame:
     """Fleet metrics side by side for each value of `dim` (firmware_version or transport)."""
     base = cw.groupBy(dim).agg(
@@ -553,7 +542,7 @@ def transform_compare(
         *(F.sum(c).cast("long").alias(c) for c in COMPARE_SUMS),
         F.max("reorder_depth_max").cast("long").alias("reorder_depth_max"),
     )
-    lat = _latency_wide(transform_percentiles(lat_counts, [dim]), [dim])
+    lat = _latency_wide(transform_percentiles(lat_values, [dim]), [dim])
     out = (
         base.join(_recovery_rollup(rec, [dim]), on=dim, how="full")
         .join(_restart_rollup(rst, [dim]), on=dim, how="full")
@@ -595,9 +584,9 @@ def transform_loss_over_time(cw: DataFrame, rec: DataFrame, rst: DataFrame) -> D
     )
 
 
-def transform_fleet_latency(lat_counts: DataFrame) -> DataFrame:
+def transform_fleet_latency(lat_values: DataFrame) -> DataFrame:
     """Fleet-wide exact latency percentiles per metric."""
-    return transform_percentiles(lat_counts, []).select(*LATENCY_COLS)
+    return transform_percentiles(lat_values, []).select(*LATENCY_COLS)
 
 
 SUMMARY_COLS = [
