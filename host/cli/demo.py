@@ -583,7 +583,7 @@ def check_boards(
                     )
                 samples = [messages.decode_sample(data)[0] for _, ch, data in rel if ch == SENSOR_CH]
                 # unwrap u16 in offset order
-                un = []
+                un: list[int] = []
                 base = 0
                 for s in samples:
                     if un and s + base < un[-1] - 0x8000:
@@ -1209,8 +1209,8 @@ class Demo:
         self.outcome.spark_seconds = time.monotonic() - t
         self.reaper.procs = [(n, q) for n, q in self.reaper.procs if q is not p]
         if rc != 0:
-            log = self.out / "fleet.log"
-            tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+            log_path = self.out / "fleet.log"
+            tail = log_path.read_text(errors="replace")[-1500:] if log_path.exists() else ""
             raise DemoError("the Spark fleet job failed (exit status %d):\n%s" % (rc, tail))
         self.say(
             "spark: done in %.1fs; report %s"
