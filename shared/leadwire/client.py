@@ -13,6 +13,12 @@
 #   same epoch, n0 ahead of s(n)    overrun: lost = (n0 - s(n)) mod 2^32, exactly
 # Then the recovery phase: poll from n0 - 1 until n1 is consumed (spec 004).
 #
+# First contact probes: spec 004 has a client with no event poll with n = 0. If the device's ring
+# happens to hold offset 0 (its random start is near 2^32), that poll is answered EVENT from s(0)
+# or NO_EVENT, and every event up to 0 is never offered -- silently. So while fresh the client takes
+# only a RECOVERY as first contact (it names the whole held range); an EVENTS or NO_EVENT answer
+# flips its probe between 0 and 2^31, and no ring (at most 65,535 events) holds offsets near both.
+#
 # Burst answers: a POLL may ask for up to max_frames EVENTS frames, sent back to back, each going
 # on from the one before (header fragment index 0, 1, ...): one round trip then carries many
 # frames' worth of events. They are applied in order like single answers; a frame missing in the
@@ -20,8 +26,10 @@
 #
 # Chase guard: with a full ring and events still coming, the oldest event n0 is pushed out during
 # the round trip that asks for it, and polling from n0 - 1 can fail forever. When an overrun
-# RECOVERY follows another with no event received in between, the client starts a quarter of the
-# held range past n0 instead; the events it skips are counted in the loss, exactly (Loss.skipped).
+# RECOVERY follows another with no event received in between, the client starts past n0 instead:
+# a quarter of the held range, then half, then three quarters while the chase goes on (a ring
+# turning over faster than a round trip). The skipped events are counted in the loss, exactly
+# (Loss.skipped).
 from leadwire import messages, wire
 from leadwire.u32 import MASK, add, distance, le, lt, pred, succ
 
@@ -35,6 +43,8 @@ RECOVER = "recover"  # data: the Loss record
 HELLO = "hello"  # data: the Hello
 STALE = "stale"  # not an answer to the outstanding request: ignored
 OTHER = "other"  # not a polling frame (NOTIFY, ACK...): data is the frame
+
+PROBE_FLIP = 0x80000000  # the other first-contact probe: n ^ PROBE_FLIP
 
 OVERRUN = "overrun"
 RESTART = "restart"
@@ -83,7 +93,7 @@ class PollClient:
         self.burst_done = True  # no more answer frames are due for the outstanding request
         self.hello_due = False  # the next request is a HELLO (see ask_hello)
         self._restart_seen = False  # a HELLO showed a new boot before its first RECOVERY
-        self._chasing = False  # the last answer was an overrun RECOVERY
+        self._chasing = 0  # overrun RECOVERYs in a row, no event between
         self.backlog = 0  # events the device still held after the last batch
         self.consecutive_errors = 0
         self.received = 0
@@ -149,8 +159,10 @@ class PollClient:
                 return self._stale()
             self.consecutive_errors = 0
             self.no_events += 1
+            if self.fresh:
+                return self._probe_again()
             self.backlog = 0
-            self._chasing = False
+            self._chasing = 0
             return (NOTHING, None)
         if t == wire.RECOVERY:
             return self._recovery(frame)
@@ -165,6 +177,8 @@ class PollClient:
     def _events(self, frame):
         if self.state != POLLING or frame.seq != succ(self.n):
             return self._stale()
+        if self.fresh:
+            return self._probe_again()
         backlog, recs = messages.decode_records(frame.payload)
         if not recs:
             raise wire.WireError(wire.E_PAYLOAD, "empty batch")
@@ -172,7 +186,7 @@ class PollClient:
         out = [((first + i) & MASK, r[0], r[1]) for i, r in enumerate(recs)]
         self.n = add(first, len(recs) - 1)
         self.fresh = False
-        self._chasing = False
+        self._chasing = 0
         self.consecutive_errors = 0
         self.received += len(recs)
         self.backlog = backlog
@@ -182,6 +196,14 @@ class PollClient:
             if le(loss.n1, self.n):
                 loss.ended = True
         return (EVENTS, out)
+
+    def _probe_again(self):
+        # fresh, and the device may hold our probe offset: whatever precedes it would never be
+        # offered. Ask with the other probe, which that ring cannot hold.
+        self.n ^= PROBE_FLIP
+        self.backlog = 0
+        self._chasing = 0
+        return (NOTHING, None)
 
     def _recovery(self, frame):
         if self.state != POLLING:
@@ -201,11 +223,10 @@ class PollClient:
         start = succ(self.n)
         if not lt(start, n0):
             return self._stale()  # same boot, range not ahead of s(n): cannot answer our poll
-        skip = 0
-        if self._chasing:
-            skip = distance(n1, n0) // 4
+        # chase guard: the 2nd overrun in a row skips 1/4 of the held range, the 3rd 1/2, then 3/4
+        skip = distance(n1, n0) * min(self._chasing, 3) // 4
         loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip, skip)
-        self._chasing = True
+        self._chasing += 1
         return (RECOVER, loss)
 
     def _begin(self, cause, n0, n1, lost, skip=0):
@@ -237,7 +258,7 @@ class PollClient:
             self.n = 0
             self.fresh = True
             self._restart_seen = True
-            self._chasing = False
+            self._chasing = 0
             if self.loss is not None:
                 self.loss.ended = True
         self.state = POLLING

@@ -232,9 +232,9 @@ def test_adaptive_interval_stays_within_bounds() -> None:
         min_size=1,
         max_size=40,
     ),
-    # a ring holding offset 0 at first contact is spec 004's blind spot (the client's initial n is
-    # 0: "event n held" reads as case 2); starts that reach 0 within the first poll are left out
-    st.integers(1, 0xFFFFFFFF - 100),
+    # every start, including rings that hold offset 0 at first contact (spec 004's blind spot,
+    # which PollClient's first-contact probes close)
+    st.integers(0, 0xFFFFFFFF),
 )
 def test_property_every_event_is_stored_once_or_counted_lost(
     script: list[tuple[int, str]], start: int
@@ -247,7 +247,7 @@ def test_property_every_event_is_stored_once_or_counted_lost(
     core.write_events(1)
     for _ in range(200):  # drain without faults
         d.exchange()
-        if cl.n == core.ring.newest and cl.recovery is None and not d.held:
+        if cl.n == core.ring.newest and not cl.pc.fresh and cl.recovery is None and not d.held:
             break
     stored = offsets(cl)
     assert len(stored) == len(set(stored))  # no duplicate

@@ -68,6 +68,22 @@ def test_handshake_then_first_contact_recovery_then_events() -> None:
     assert exchange(cl, dev) == (c.NOTHING, None)  # case 2
 
 
+def test_first_contact_never_trusts_a_ring_that_may_hold_offset_0() -> None:
+    """Spec 004's blind spot: with n = 0, a ring holding 0 answers NO_EVENT (or EVENT from s(0))
+    and the events up to 0 would never be offered. The client probes with 2^31 instead."""
+    for start, count in [(0xFFFFFFF0, 17), (0xFFFFFFF0, 18), (0, 5)]:  # newest = 0, = 1, holds 0..4
+        dev = Device(capacity=32, start=start)
+        dev.emit(count)
+        cl = c.PollClient()
+        got: list[int] = []
+        for _ in range(6):
+            kind, data = exchange(cl, dev)
+            if kind == c.EVENTS:
+                got += [o for o, _, _ in data]
+        assert got == dev.generated, (start, count)
+        assert cl.loss.cause == c.FIRST_CONTACT and cl.loss.n0 == start
+
+
 def test_overrun_is_counted_exactly_in_one_round_trip() -> None:
     dev = Device(capacity=4, start=0xFFFFFFFE)  # across the 2^32 wrap
     dev.emit(2)
@@ -118,6 +134,26 @@ def test_chase_guard_ends_the_tail_chase_with_an_exact_count() -> None:
     # range (15 // 4 = 3) and poll from 129; 2 more arrive: the batch is 130..144
     assert kinds[:3] == [(c.RECOVER, 0), (c.RECOVER, 3), (c.EVENTS, 15)]
     assert cl.lost == 24 + 2 + 3
+    while exchange(cl, dev)[0] != c.NOTHING:
+        pass
+    assert cl.received + cl.lost == len(dev.generated)
+
+
+def test_chase_guard_escalates_when_the_ring_turns_over_faster_than_a_round_trip() -> None:
+    dev = Device(capacity=16, start=100)
+    dev.emit(1)
+    cl = c.PollClient()
+    for _ in range(3):
+        exchange(cl, dev)
+    skips = []
+    dev.emit(20)  # an overrun; then 10 of 16 slots turn over per round trip: where the client
+    for _ in range(8):  # lands after skipping 0, 1/4, 1/2 of the held range is gone again
+        dev.emit(10)
+        kind, data = exchange(cl, dev)
+        if kind == c.EVENTS:
+            break
+        skips.append(data.skipped)
+    assert kind == c.EVENTS and skips == [0, 3, 7, 11]  # 15 * (0, 1, 2, 3) // 4
     while exchange(cl, dev)[0] != c.NOTHING:
         pass
     assert cl.received + cl.lost == len(dev.generated)
@@ -245,12 +281,11 @@ def test_every_event_is_received_once_or_counted_lost(seed: int, capacity: int, 
         elif kind == c.NOTHING:
             break
     assert len(first) <= 1
-    if not first and not got:
-        assert not dev.generated
+    if not first:
+        assert not got
         return
-    # counting starts at the first contact's n0, or at offset s(0) when the device happened to hold
-    # it (spec 004: a client with no event polls with n = 0)
-    counted = dev.generated[dev.generated.index(first[0] if first else got[0]) :]
+    # counting starts at the first contact's n0 (always a RECOVERY: the client probes)
+    counted = dev.generated[dev.generated.index(first[0]) :]
     assert len(got) == len(set(got))
     assert got == [o for o in counted if o in set(got)]  # in generation order, none from before
     assert len(got) + cl.lost == len(counted)  # every event received or counted lost, exactly
