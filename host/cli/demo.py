@@ -182,7 +182,7 @@ class Reaper:
         """Signal the process group of p, wait for p, then for the group to be empty (SIGKILL after
         the timeout). Returns p's exit status."""
         pgid = p.pid
-        if p.poll() is None:
+        if p.poll() is None or _group_alive(pgid):  # also when only the leader's children are left
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, sig)
         end = time.monotonic() + timeout
