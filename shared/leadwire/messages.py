@@ -165,8 +165,8 @@ def poll_frame(n, max_events=1, max_bytes=wire.MAX_PAYLOAD, tag=0, max_frames=1)
 
 
 def decode_poll(frame):
-    """-> (n, max_events, max_bytes)"""
-    _need(len(frame.payload) in (4, 5), "poll length")
+    """-> (n, max_events, max_bytes); a burst's max_frames is poll_frames(frame)"""
+    poll_frames(frame)  # validates the length and max_frames
     me, mb = struct.unpack(">HH", frame.payload[:4])
     return frame.seq, me, mb
 
@@ -174,7 +174,11 @@ def decode_poll(frame):
 def poll_frames(frame):
     """How many answer frames a POLL asks for (a burst); 1 when the field is absent."""
     _need(len(frame.payload) in (4, 5), "poll length")
-    return frame.payload[4] if len(frame.payload) == 5 else 1
+    if len(frame.payload) == 4:
+        return 1
+    k = frame.payload[4]
+    _need(1 <= k <= wire.MAX_INDEX + 1, "max_frames")
+    return k
 
 
 def recovery_frame(n0, n1, epoch=0, tag=0):
