@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leadwire import codec, framing, messages, wire
-from leadwire.crc16 import crc16
 from leadwire.frames import FrameQueue
 from leadwire.reports import ReportSequence
 from leadwire.ring import EventRing
@@ -444,7 +443,14 @@ class SimFleet:
             link.close()  # type: ignore[attr-defined]
 
 
-_HEAD = struct.Struct(">BBBBHI")  # the frame header (wire.py), for answers built in one call
+def _frame(ftype: int, tag: int, seq: int, body: bytes) -> bytes:
+    """One answer frame, laid out by the core (wire.put_header / wire.seal): no second definition."""
+    n = len(body)
+    buf = bytearray(wire.OVERHEAD + n)
+    wire.put_header(buf, ftype, wire.F_LAST, 0, 0, tag, 0, n, seq >> 16, seq & 0xFFFF)
+    buf[wire.HEADER_SIZE : wire.HEADER_SIZE + n] = body
+    wire.seal(buf, n)
+    return bytes(buf)
 
 
 class VirtualRing:
@@ -529,12 +535,10 @@ class VirtualRing:
         newest = (self.start + g - 1) & 0xFFFFFFFF
         d = (newest - seq) & 0xFFFFFFFF
         if count == 0 or d == 0:
-            return self._seal(_HEAD.pack(0x20 | wire.NO_EVENT, 0x10, 0, tag, 0, seq))
+            return _frame(wire.NO_EVENT, tag, seq, b"")
         if d > count:
             n0 = (newest - count + 1) & 0xFFFFFFFF
-            return self._seal(
-                _HEAD.pack(0x20 | wire.RECOVERY, 0x10, 0, tag, 8, n0) + struct.pack(">II", newest, self.epoch)
-            )
+            return _frame(wire.RECOVERY, tag, n0, struct.pack(">II", newest, self.epoch))
         budget = min(mb, wire.MAX_PAYLOAD)
         k = min(me, wire.MAX_BATCH, d, max(1, (budget - wire.BATCH_HEAD) // self._rec))
         first = g - d
@@ -554,12 +558,8 @@ class VirtualRing:
         ]
         body = st.pack(k, backlog >> 8, backlog & 0xFF, *args)
         s1 = (seq + 1) & 0xFFFFFFFF
-        return self._seal(_HEAD.pack(0x20 | wire.EVENTS, 0x10, 0, tag, len(body), s1) + body)
+        return _frame(wire.EVENTS, tag, s1, body)
 
-    @staticmethod
-    def _seal(frame: bytes) -> bytes:
-        c = crc16(frame, 0, len(frame))
-        return frame + bytes((c >> 8, c & 0xFF))
 
 
 def serve_fast(
