@@ -283,9 +283,9 @@ def build_tables(
     rec = keep(T.transform_recoveries(inputs.losses, window_seconds))
     rst = keep(T.transform_restarts(inputs.boots, window_seconds))
     lat_values = T.transform_latency_values(T.transform_arrivals(inputs.arrivals, window_seconds))
-    lat = lat_values  # read by four percentile aggregations; a scan of 6 columns is cheaper than a cache
+    lat = keep(T.transform_latency_counts(lat_values))  # firmware, transport and fleet percentiles
     devices = keep(T.transform_devices(cw, rec, rst, lat_values))
-    fleet_latency = T.transform_fleet_latency(lat)
+    fleet_latency = keep(T.transform_fleet_latency(lat))
     return {
         "channel_windows": cw,
         "lead_histogram": T.transform_lead_histogram(cw),

@@ -116,6 +116,7 @@ RECOVERY_COLS = [
 RESTART_DIMS = ["device_id", "firmware_version", "transport", "window_start"]
 RESTART_COLS = [*RESTART_DIMS, "boots_seen", "restarts", "detected_by_recovery"]
 LATENCY_VALUE_COLS = ["device_id", "firmware_version", "transport", "metric", "value_us", "n"]
+LATENCY_COUNT_COLS = ["firmware_version", "transport", "metric", "value_us", "n"]
 LATENCY_COLS = ["metric", "n", *("p%g" % (p * 100) for p in PERCENTILES)]
 LATENCY_WIDE = ["%s_p%g_us" % (m, p * 100) for m in LATENCY_METRICS for p in PERCENTILES]
 DEVICE_COLS = [
@@ -386,6 +387,16 @@ def transform_latency_values(arrivals: DataFrame) -> DataFrame:
     )
 
 
+def transform_latency_counts(values: DataFrame) -> DataFrame:
+    """The latency multiset per firmware and transport, (value_us, n): values repeat across devices,
+    so the firmware, transport and fleet percentiles read far fewer rows than there are values."""
+    return (
+        values.groupBy("firmware_version", "transport", "metric", "value_us")
+        .agg(F.sum("n").cast("long").alias("n"))
+        .select(*LATENCY_COUNT_COLS)
+    )
+
+
 def transform_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
     """Exact percentiles (linear interpolation between order statistics at (n-1)p, like numpy's
     default and DuckDB's quantile_cont) of value_us weighted by n, per `by` + metric."""
@@ -533,16 +544,14 @@ def transform_worst(devices: DataFrame, n: int = 10) -> DataFrame:
     return top.withColumn("rank", F.row_number().over(Window.orderBy(*order))).select(*WORST_COLS)
 
 
-def transform_compare(
-    cw: DataFrame, rec: DataFrame, rst: DataFrame, lat_values: DataFrame, dim: str
-) -> DataFrame:
+def transform_compare(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat: DataFrame, dim: str) -> DataFrame:
     """Fleet metrics side by side for each value of `dim` (firmware_version or transport)."""
     base = cw.groupBy(dim).agg(
         F.countDistinct("device_id").alias("devices"),
         *(F.sum(c).cast("long").alias(c) for c in COMPARE_SUMS),
         F.max("reorder_depth_max").cast("long").alias("reorder_depth_max"),
     )
-    lat = _latency_wide(transform_percentiles(lat_values, [dim]), [dim])
+    lat = _latency_wide(transform_percentiles(lat, [dim]), [dim])
     out = (
         base.join(_recovery_rollup(rec, [dim]), on=dim, how="full")
         .join(_restart_rollup(rst, [dim]), on=dim, how="full")
@@ -584,9 +593,9 @@ def transform_loss_over_time(cw: DataFrame, rec: DataFrame, rst: DataFrame) -> D
     )
 
 
-def transform_fleet_latency(lat_values: DataFrame) -> DataFrame:
+def transform_fleet_latency(lat: DataFrame) -> DataFrame:
     """Fleet-wide exact latency percentiles per metric."""
-    return transform_percentiles(lat_values, []).select(*LATENCY_COLS)
+    return transform_percentiles(lat, []).select(*LATENCY_COLS)
 
 
 SUMMARY_COLS = [
