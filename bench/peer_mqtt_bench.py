@@ -416,7 +416,16 @@ def mqtt_run(
 
 
 def lw_run(
-    tmp: Path, size: int, hz: int, ring: int, n: int, seconds: float, loss: float, timeout: float, tick: int
+    tmp: Path,
+    size: int,
+    hz: int,
+    ring: int,
+    n: int,
+    seconds: float,
+    loss: float,
+    timeout: float,
+    tick: int,
+    frames: int,
 ) -> dict[str, Any]:
     from leadwire.tools.board import start_board
 
@@ -451,6 +460,8 @@ def lw_run(
                 str(seconds),
                 "--timeout",
                 str(timeout),
+                "--frames",
+                str(frames),
             ]
         )
         res = host.wait_line("store", seconds + 60)
@@ -746,7 +757,16 @@ def inside(args: argparse.Namespace) -> int:
                 res["clean"].append(r)
             for hz in args.lw_rates[size]:
                 r = lw_run(
-                    tmp, size, hz, args.ring[size], args.events, args.lw_seconds, 0.0, args.timeout, args.tick
+                    tmp,
+                    size,
+                    hz,
+                    args.ring[size],
+                    args.events,
+                    args.lw_seconds,
+                    0.0,
+                    args.timeout,
+                    args.tick,
+                    args.frames,
                 )
                 note(r)
                 res["clean"].append(r)
@@ -768,6 +788,7 @@ def inside(args: argparse.Namespace) -> int:
                     args.loss,
                     args.timeout,
                     args.tick,
+                    args.frames,
                 )
                 note(r)
                 res["impaired"].append(r)
@@ -796,6 +817,9 @@ def main() -> int:
         help="leadwire offered events/s per size (the ladder)",
     )
     ap.add_argument("--ring", default="64:256,256:64", help="leadwire ring capacity per size (64 KB heap)")
+    ap.add_argument(
+        "--frames", type=int, default=16, help="leadwire answer frames per POLL (a burst; 1 = one frame)"
+    )
     ap.add_argument("--tick", type=int, default=0, help="leadwire board tick, ms (0: busy, as the MQTT loop)")
     ap.add_argument(
         "--timeout", type=float, default=0.02, help="bridge poll timeout, s (loopback RTT < 1 ms)"

@@ -41,6 +41,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "interval_max": 0.05,
             "timeout": args.timeout,
             "backoff_max": max(args.timeout, 0.05),
+            "frames": args.frames,
         },
         "device": [{"id": "board-1", "udp": args.board}],
     }
@@ -182,6 +183,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--timeout", type=float, default=0.25)
     ap.add_argument("--max-bytes", type=int, default=1460)
+    ap.add_argument("--frames", type=int, default=16)
     args = ap.parse_args()
     res = asyncio.run(run(args))
     res["store"] = account(args.store)

@@ -207,6 +207,7 @@ class DeviceClient:
         self.interval = poll.interval
         self.next_delay = 0.0
         self._rate = 0.0  # events per second, EWMA
+        self._burst_events = 0  # events received in the outstanding burst so far
         self._last_answer_s: float | None = None
         # push sessions
         self.reasm = Reassembler(max_messages=16, max_bytes=65536)
@@ -288,6 +289,7 @@ class DeviceClient:
             return messages.subscribe_frame(self.cfg.subscribe, self.sub_tag)
         if now_s - self._last_hello_s >= self.poll_cfg.hello_interval:
             pc.ask_hello()  # periodic: catches a restart of a device whose ring is empty
+        self._burst_events = 0
         f = pc.next_request(self.poll_cfg.batch, self.poll_cfg.max_bytes, self.poll_cfg.frames)
         if f.type == wire.POLL:
             self.outstanding = REQ_POLL
@@ -364,11 +366,14 @@ class DeviceClient:
                 self._events(f, data, rx_us)
                 self._sync_loss(rx_us)
                 self.dirty = True
+                self._burst_events += len(data)
                 if not pc.burst_done:
                     return False  # more frames of this burst are on their way
                 self.outstanding = 0
                 self.dc["round_trips"] += 1
-                self._adapt(now_s, len(data), pc.backlog, full=len(data) >= self.poll_cfg.batch)
+                # the whole burst counts: full when every frame asked for came back full
+                got = self._burst_events
+                self._adapt(now_s, got, pc.backlog, full=got >= self.poll_cfg.batch * pc.max_frames)
                 return True
             self.outstanding = 0
             self.dc["round_trips"] += 1
@@ -643,7 +648,8 @@ class DeviceClient:
             self.interval = min(p.interval_max, self.interval * 1.5)
         else:
             # aim for answers about half full: rate * interval ~ target events per poll
-            target = max(1.0, min(p.batch / 2, self.capacity / 4 if self.capacity else p.batch / 2))
+            per_poll = p.batch * p.frames  # events one poll (a burst of p.frames) can bring
+            target = max(1.0, min(per_poll / 2, self.capacity / 4 if self.capacity else per_poll / 2))
             want = target / self._rate if self._rate > 0 else self.interval
             self.interval = min(p.interval_max, max(p.interval_min, want))
         self.next_delay = self.interval
