@@ -248,8 +248,9 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
             }
             # ---- event ring: segments separated by overruns
             nover = int(min(rng.poisson(cfg.overruns_per_boot), max(0, n_ev // 16 - 1)))
-            seg_cut = np.sort(rng.choice(np.arange(8, n_ev - 7), size=nover, replace=False)) if nover else []
-            seg_bounds = [0, *list(seg_cut), n_ev]
+            cuts_arr = rng.choice(np.arange(8, n_ev - 7), size=nover, replace=False) if nover else np.zeros(0)
+            seg_cut: list[int] = sorted(int(c) for c in cuts_arr)
+            seg_bounds = [0, *seg_cut, n_ev]
             if rng.random() < cfg.wrap_share:
                 first = U32 - int(rng.integers(1, max(2, n_ev)))
                 tot["wrapped_streams"] += 1
