@@ -1472,26 +1472,13 @@ def spark_child(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] != "--spark-child":
         print("usage: python -m leadwire.cli.demo --spark-child EXPORT_DIR REPORT_DIR", file=sys.stderr)
         return 2
-    from pyspark.sql import SparkSession
-
-    from leadwire.fleet.job import RUNTIME_CONF, BadInput, Progress, format_summary, run_job
+    from leadwire.fleet.job import BadInput, Progress, build_session, format_summary, run_job
 
     prog = Progress()
     with prog.stage("start spark (local[2], adaptive execution off, 2 shuffle partitions)"):
-        b = (
-            SparkSession.builder.master("local[2]")
-            .appName("leadwire-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.default.parallelism", "2")
-            .config("spark.sql.adaptive.enabled", "false")
-            .config("spark.driver.memory", "1g")
+        spark = build_session(
+            "local[2]", 2, "1g", "leadwire-demo", adaptive=False, extra={"spark.default.parallelism": "2"}
         )
-        for k, v in RUNTIME_CONF.items():
-            b = b.config(k, v)
-        spark = b.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
     try:
         summary = run_job(argv[1], argv[2], spark, window_seconds=10, progress=prog)
     except BadInput as e:

@@ -143,8 +143,14 @@ def build_session(
     shuffle_partitions: int | None = None,
     driver_memory: str = "4g",
     app_name: str = "leadwire-fleet",
+    adaptive: bool = True,
+    extra: dict[str, str] | None = None,
 ) -> SparkSession:
-    """The embedded default: a local SparkSession with the UI off and few shuffle partitions."""
+    """The embedded default: a local SparkSession with the UI off and few shuffle partitions.
+
+    For small data (the demo, the tests) adaptive=False: adaptive query execution's re-planning
+    costs more than it saves there (a demo-sized export: 195 s with it, 93 s without).
+    """
     b = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -152,9 +158,9 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or (2 * (os.cpu_count() or 2))))
-        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.adaptive.enabled", "true" if adaptive else "false")
     )
-    for k, v in RUNTIME_CONF.items():
+    for k, v in {**RUNTIME_CONF, **(extra or {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

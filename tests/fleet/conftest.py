@@ -19,23 +19,13 @@ T0 = dt.datetime(2026, 1, 1, 0, 0, tzinfo=dt.UTC)
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    from leadwire.fleet.job import RUNTIME_CONF
+    from leadwire.fleet.job import build_session
 
-    b = (
-        SparkSession.builder.master("local[2]")
-        .appName("leadwire-fleet-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.warehouse.dir", "/tmp/leadwire-fleet-tests-warehouse")
-    )
-    for k, v in RUNTIME_CONF.items():
-        b = b.config(k, v)
-    session = b.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    extra = {
+        "spark.default.parallelism": "2",
+        "spark.sql.warehouse.dir": "/tmp/leadwire-fleet-tests-warehouse",
+    }
+    session = build_session("local[2]", 2, "1g", "leadwire-fleet-tests", adaptive=False, extra=extra)
     yield session
     session.stop()
 
