@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from .columns import MAX_COLS, SUM_COLS
 from .schema import HALF, U32
 
 KEY = "device_id, boot_epoch, kind, session, lead_channel"
@@ -176,27 +177,8 @@ def run_oracle(
         count(*) FILTER (detected_by = 'recovery') AS detected_by_recovery FROM n GROUP BY ALL"""
         % (src("boots"), w)
     )
-    sum_cols = [
-        "messages",
-        "unique",
-        "duplicates",
-        "duplicate_flagged",
-        "dup_flag_mismatches",
-        "retransmissions",
-        "late",
-        "lateness_seq_sum",
-        "reorder_depth_sum",
-        "lead_eq1",
-        "lead_eq0",
-        "lead_gt1",
-        "lead_lt0",
-        "skipped",
-        "lost",
-        "report_head_missing",
-        "lead_mismatches",
-        "payload_bytes",
-    ]
-    max_cols = ["lateness_seq_max", "lateness_us_max", "reorder_depth_max"]
+    sum_cols = SUM_COLS
+    max_cols = MAX_COLS
 
     def rec_roll(by: str) -> str:
         return (

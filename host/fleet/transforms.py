@@ -27,6 +27,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from .columns import COUNT_COLS, MAX_COLS, SUM_COLS
 from .schema import HALF, U32
 
 LEAD_KEY = ["device_id", "boot_epoch", "kind", "session", "lead_channel"]
@@ -76,31 +77,6 @@ ROW_COLS = [
     "report_head_missing",
 ]
 HIST_COLS = ["lead_hist_%d" % i for i in range(len(LEAD_BUCKETS))]
-COUNT_COLS = [
-    "messages",
-    "unique",
-    "duplicates",
-    "duplicate_flagged",
-    "dup_flag_mismatches",
-    "retransmissions",
-    "late",
-    "lateness_seq_sum",
-    "lateness_seq_max",
-    "lateness_us_max",
-    "reorder_depth_sum",
-    "reorder_depth_max",
-    "lead_eq1",
-    "lead_eq0",
-    "lead_gt1",
-    "lead_lt0",
-    "skipped",
-    "lost",
-    "report_head_missing",
-    "lead_mismatches",
-    "payload_bytes",
-]
-SUM_COLS = [c for c in COUNT_COLS if not c.endswith("_max")]
-MAX_COLS = [c for c in COUNT_COLS if c.endswith("_max")]
 CHANNEL_WINDOW_COLS = [*DIMS, *COUNT_COLS, "loss_rate", *HIST_COLS]
 RECOVERY_DIMS = ["device_id", "firmware_version", "transport", "window_start", "cause"]
 RECOVERY_COLS = [
