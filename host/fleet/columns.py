@@ -29,3 +29,17 @@ COUNT_COLS = [
 ]
 SUM_COLS = [c for c in COUNT_COLS if not c.endswith("_max")]
 MAX_COLS = [c for c in COUNT_COLS if c.endswith("_max")]
+
+# per-device recovery and restart totals, summed (recovery_us_max: maxed) when rolled up to the fleet
+RECOVERY_SUMS = [
+    "boots_seen",
+    "restarts",
+    "recovery_phases",
+    "overruns",
+    "events_lost_exact",
+    "unknown_loss_recoveries",
+    "recovery_us_sum",
+]
+ROLLUP_SUMS = [*SUM_COLS, *RECOVERY_SUMS]
+ROLLUP_MAXES = [*MAX_COLS, "recovery_us_max"]
+RATE_COLS = ["loss_rate", "dup_rate", "late_rate"]

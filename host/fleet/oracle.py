@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from .columns import MAX_COLS, SUM_COLS
+from .columns import MAX_COLS, ROLLUP_MAXES, ROLLUP_SUMS, SUM_COLS
 from .schema import HALF, U32
 
 KEY = "device_id, boot_epoch, kind, session, lead_channel"
@@ -299,17 +299,8 @@ def run_oracle(
         % (rec_roll("window_start, transport"), rst_roll("window_start, transport"))
     ).df()
     out["latency"] = con.execute(_pct_sql("")).df()
-    sums = [
-        *sum_cols,
-        "boots_seen",
-        "restarts",
-        "recovery_phases",
-        "overruns",
-        "events_lost_exact",
-        "unknown_loss_recoveries",
-        "recovery_us_sum",
-    ]
-    maxes = [*max_cols, "recovery_us_max"]
+    sums = ROLLUP_SUMS
+    maxes = ROLLUP_MAXES
     out["summary"] = con.execute(
         """WITH t AS (SELECT count(*) AS devices, %s, %s FROM devices), l AS (%s)
         SELECT t.*, %s, l.* FROM t CROSS JOIN l"""

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .columns import COUNT_COLS, MAX_COLS, SUM_COLS
+from .columns import COUNT_COLS, MAX_COLS, RATE_COLS, RECOVERY_SUMS, ROLLUP_MAXES, ROLLUP_SUMS, SUM_COLS
 from .schema import HALF, U32
 
 LEAD_KEY = ["device_id", "boot_epoch", "kind", "session", "lead_channel"]
@@ -101,16 +101,8 @@ DEVICE_COLS = [
     "transports",
     *SUM_COLS,
     *MAX_COLS,
-    "loss_rate",
-    "dup_rate",
-    "late_rate",
-    "boots_seen",
-    "restarts",
-    "recovery_phases",
-    "overruns",
-    "events_lost_exact",
-    "unknown_loss_recoveries",
-    "recovery_us_sum",
+    *RATE_COLS,
+    *RECOVERY_SUMS,
     "recovery_us_max",
     *LATENCY_WIDE,
 ]
@@ -578,16 +570,8 @@ SUMMARY_COLS = [
     "devices",
     *SUM_COLS,
     *MAX_COLS,
-    "loss_rate",
-    "dup_rate",
-    "late_rate",
-    "boots_seen",
-    "restarts",
-    "recovery_phases",
-    "overruns",
-    "events_lost_exact",
-    "unknown_loss_recoveries",
-    "recovery_us_sum",
+    *RATE_COLS,
+    *RECOVERY_SUMS,
     "recovery_us_max",
     *LATENCY_WIDE,
 ]
@@ -595,17 +579,8 @@ SUMMARY_COLS = [
 
 def transform_summary(devices: DataFrame, fleet_latency: DataFrame) -> DataFrame:
     """One row: the fleet totals (sums and maxima over devices) and fleet latency percentiles."""
-    sums = [
-        *SUM_COLS,
-        "boots_seen",
-        "restarts",
-        "recovery_phases",
-        "overruns",
-        "events_lost_exact",
-        "unknown_loss_recoveries",
-        "recovery_us_sum",
-    ]
-    maxes = [*MAX_COLS, "recovery_us_max"]
+    sums = ROLLUP_SUMS
+    maxes = ROLLUP_MAXES
     tot = devices.agg(
         F.count(F.lit(1)).alias("devices"),
         *(F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c) for c in sums),
