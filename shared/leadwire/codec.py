@@ -26,6 +26,9 @@ ERROR_NAMES = {
     wire.E_COBS: "cobs",
     wire.E_OVERSIZE: "oversize",
     wire.E_PAYLOAD: "payload",
+    wire.E_AUTH: "auth",
+    wire.E_REPLAY: "replay",
+    wire.E_UNSIGNED: "unsigned",
 }
 
 
@@ -114,13 +117,15 @@ def decode(data):
     code = wire.check(data, n)
     if code:
         raise WireError(code)
+    # a signed frame decodes as its unsigned self: the trailer is checked by auth.Endpoint
+    end = n - wire.CRC_SIZE - (wire.AUTH_SIZE if data[1] & 0x20 else 0)
     return Frame(
         data[0] & 0x1F,
         (data[6] << 24) | (data[7] << 16) | (data[8] << 8) | data[9],
-        data[HEADER_SIZE : n - wire.CRC_SIZE],
+        data[HEADER_SIZE:end],
         data[2],
         data[1] & 0x0F,
-        data[1] >> 4,
+        (data[1] >> 4) & ~wire.F_AUTH,
         data[3],
         data[4] >> 3,
     )

@@ -2,7 +2,8 @@
 #
 #  HELLO     host->dev: empty payload = "send your HELLO".  dev->host: seq = boot epoch;
 #            capacity u16, slot_size u16, frame_size u16, boots u16, then three short strings
-#            (u8 length + UTF-8): board id, firmware version, board kind.
+#            (u8 length + UTF-8): board id, firmware version, board kind; signed HELLOs end with
+#            the auth session K u32 (auth.py).  host->dev (signed): seq = the nonce H.
 #  POLL      seq = n (client offset); max_events u16, max_bytes u16 (payload budget of each answer
 #            frame)[, max_frames u8]: a burst -- up to max_frames EVENTS frames sent back to back,
 #            each going on from the last, numbered by the header's fragment index (default 1)
@@ -99,10 +100,13 @@ class Hello:
         "capacity",
         "firmware",
         "frame_size",
+        "session",
         "slot_size",
     )
 
-    def __init__(self, boot_epoch, capacity, slot_size, frame_size, boots, board_id, firmware, board):
+    def __init__(
+        self, boot_epoch, capacity, slot_size, frame_size, boots, board_id, firmware, board, session=None
+    ):
         self.boot_epoch = boot_epoch
         self.capacity = capacity
         self.slot_size = slot_size
@@ -111,6 +115,7 @@ class Hello:
         self.board_id = board_id
         self.firmware = firmware
         self.board = board
+        self.session = session  # signed HELLOs only: the auth session K (auth.py), 0 at boot
 
     def __eq__(self, other):
         return isinstance(other, Hello) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
@@ -125,6 +130,7 @@ def hello_frame(h, tag=0):
         + _short_str(h.board_id)
         + _short_str(h.firmware)
         + _short_str(h.board)
+        + (b"" if h.session is None else struct.pack(">I", h.session))
     )
     return codec.Frame(wire.HELLO, h.boot_epoch, payload, message_id=tag)
 
@@ -144,8 +150,9 @@ def decode_hello(frame):
         except UnicodeError:
             raise wire.WireError(wire.E_PAYLOAD, "hello string not UTF-8")
         pos += 1 + ln
-    _need(pos == len(p), "hello trailing bytes")
-    return Hello(frame.seq, cap, slot, fsize, boots, strs[0], strs[1], strs[2])
+    _need(pos == len(p) or pos + 4 == len(p), "hello trailing bytes")
+    session = struct.unpack(">I", p[pos:])[0] if pos < len(p) else None
+    return Hello(frame.seq, cap, slot, fsize, boots, strs[0], strs[1], strs[2], session)
 
 
 def hello_request(tag=0):

@@ -9,7 +9,8 @@
 #  bytes 4-5  fragment index (5 bits, 0..31) << 11 | payload length (11 bits, 0..2047), big-endian
 #  bytes 6-9  seq (u32, big-endian): offset, MessageNumber, boot epoch... by type (messages.py)
 #  payload    length bytes
-#  2 bytes    CRC-16/CCITT-FALSE over header + payload, big-endian
+#  (8 bytes   with flag F_AUTH only: counter low u16 + truncated HMAC tag; auth.py)
+#  2 bytes    CRC-16/CCITT-FALSE over all the bytes before it, big-endian
 #
 # Device hot path: put_header() and seal() write into a preallocated bytearray and allocate
 # nothing; seq is given as two 16-bit halves so no int above 2^30 is ever made (32-bit ports).
@@ -48,7 +49,7 @@ MAX_TYPE = const(10)
 
 # Flags (high nibble of byte 1)
 F_LAST = const(1)  # last fragment of its message
-F_AUTH = const(2)  # reserved for the authentication tag (issue 6): decoders refuse it for now
+F_AUTH = const(2)  # signed: an 8-byte trailer (counter, tag) before the CRC (auth.py)
 F_RESERVED = const(12)
 
 # Error codes returned by check() and carried by WireError.code (names in codec.ERROR_NAMES)
@@ -62,6 +63,10 @@ E_FLAGS = const(6)  # reserved or unsupported flag set
 E_COBS = const(7)  # serial framing: bad COBS stuffing
 E_OVERSIZE = const(8)  # serial framing: more bytes than the largest frame before a delimiter
 E_PAYLOAD = const(9)  # payload does not match its type's layout (messages.py)
+E_AUTH = const(10)  # authentication: wrong tag (forged, wrong key, no session; auth.py)
+E_REPLAY = const(11)  # authentication: a counter already seen, too old, or an older session's
+E_UNSIGNED = const(12)  # authentication required, frame not signed
+AUTH_SIZE = const(8)  # the trailer of a signed frame (auth.py)
 
 
 class WireError(Exception):
@@ -109,11 +114,11 @@ def check(buf, n):
     t = b0 & 0x1F
     if t == 0 or t > MAX_TYPE:
         return E_TYPE
-    if ((buf[4] & 0x07) << 8) | buf[5] != n - OVERHEAD:
+    if ((buf[4] & 0x07) << 8) | buf[5] != n - (OVERHEAD + AUTH_SIZE if buf[1] & 0x20 else OVERHEAD):
         return E_LENGTH
     if crc16(buf, 0, n - CRC_SIZE) != (buf[n - 2] << 8) | buf[n - 1]:
         return E_CRC
-    if (buf[1] >> 4) & (F_AUTH | F_RESERVED):
+    if (buf[1] >> 4) & F_RESERVED:
         return E_FLAGS
     return OK
 

@@ -86,8 +86,12 @@ def test_bad_frames_give_their_error_code() -> None:
         assert codec.error_name(e.value.code) == v["name"] or v["name"] == "empty"
 
 
-def test_auth_flag_is_refused_until_authentication_exists() -> None:
+def test_auth_flag_needs_its_trailer_and_reserved_flags_are_refused() -> None:
     f = codec.Frame(wire.POLL, 1, b"\x00\x01\x00\x10", flags=wire.F_LAST | wire.F_AUTH)
+    with pytest.raises(wire.WireError) as e:
+        codec.decode(codec.encode(f))  # F_AUTH without the 8-byte trailer: the length is wrong
+    assert e.value.code == wire.E_LENGTH
+    f = codec.Frame(wire.POLL, 1, b"\x00\x01\x00\x10", flags=wire.F_LAST | 4)
     with pytest.raises(wire.WireError) as e:
         codec.decode(codec.encode(f))
     assert e.value.code == wire.E_FLAGS
