@@ -18,6 +18,15 @@ From Python (the bridge, the HIL suite):
     with start_board("udp", config={"sensors": [...]}) as b:
         b.address            # ("127.0.0.1", 40123)
         b.restart()          # power cut + power on
+
+Authentication (issue 6): start_board(key=...) decides what the board's config.json says:
+  key=None     the config's own "key" / "auth" if it has either (as given: the board checks them),
+               else `"auth": false` written explicitly (an unsigned board, as before issue 6)
+  key="auto"   a random 32-byte key (os.urandom), written as "key": "<64 hex digits>"
+  key="<hex>"  that key (32..128 hex digits), written as "key"
+  key=False    neither key nor auth (an unprovisioned board: it says so and answers nothing)
+`VirtualBoard.key` is the key as hex (None: auth off). It is a secret: never printed by the
+launcher (`leadwire board` prints it only when asked, --key auto, for the operator).
 """
 
 from __future__ import annotations
@@ -155,8 +164,10 @@ class VirtualBoard:
         config: dict[str, Any],
         udp_port: int | None,
         relay: _Relay | None,
+        key: str | None = None,
     ) -> None:
         self.transport = transport
+        self.key = key  # the board's auth key as hex (a secret), None when auth is off
         self.dir = board_dir
         self.heap = heap
         self.config = config
@@ -279,6 +290,39 @@ class VirtualBoard:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        return "VirtualBoard(%s, %s, auth %s)" % (self.transport, self.dir, "on" if self.key else "off")
+
+
+def apply_key(cfg: dict[str, Any], key: str | bool | None) -> str | None:
+    """Set the auth choice in the device config `cfg` (in place) for start_board(key=...); returns
+    the key as hex, or None when auth is off (or the config's own choice is not a valid key: the
+    board says so on its console). ValueError (never naming the key) for a bad `key` argument."""
+    from leadwire import auth
+
+    if key is False:  # an unprovisioned board: neither key nor auth (it says so and answers nothing)
+        cfg.pop("key", None)
+        cfg.pop("auth", None)
+        return None
+    if key is None or key is True:
+        if "key" not in cfg and "auth" not in cfg:
+            cfg["auth"] = False  # explicitly off
+            return None
+        k = cfg.get("key")  # the config's own choice, as given (the board checks it)
+        if cfg.get("auth") is False or not isinstance(k, str):
+            return None
+        try:
+            auth.parse_key(k)
+        except ValueError:
+            return None
+        return k.strip().lower()
+    if key == "auto":
+        key = os.urandom(32).hex()
+    auth.parse_key(key)
+    cfg.pop("auth", None)
+    cfg["key"] = key.strip().lower()
+    return str(cfg["key"])
+
 
 def start_board(
     transport: str = "udp",
@@ -289,12 +333,14 @@ def start_board(
     build_firmware: bool = True,
     udp_port: int | None = None,
     timeout: float = 20.0,
+    key: str | bool | None = None,
 ) -> VirtualBoard:
     """Build (unless `build_firmware` is False) and power on a virtual board; returns when ready.
 
     `config` is the device config (dict or JSON file); the launcher adds the link settings
     (loopback UDP port, pty path). `board_dir` is the board's flash (a new temporary directory if
-    None; reuse it to reboot the same board). The caller owns the board: close() it.
+    None; reuse it to reboot the same board). `key`: None, "auto" or hex (module docstring); the
+    board's `.key`. The caller owns the board: close() it.
     """
     if transport not in TRANSPORTS:
         raise ValueError("transport must be one of %s" % ", ".join(TRANSPORTS))
@@ -303,6 +349,7 @@ def start_board(
     if config is None and (d / "config.json").exists() and transport != "repl":
         config = d / "config.json"  # the board's own (flashed) config; the link settings are added
     cfg = _load_config(config)
+    hexkey = apply_key(cfg, key) if transport != "repl" else None
     if build_firmware and transport != "repl":
         build("unix", d)
     relay = _Relay(transport != "repl") if transport in ("serial", "both", "repl") else None
@@ -322,7 +369,7 @@ def start_board(
             cfg["serial"] = False
         if transport != "repl":
             (d / "config.json").write_text(json.dumps(cfg, indent=1))
-        board = VirtualBoard(transport, d, heap, cfg, port, relay)
+        board = VirtualBoard(transport, d, heap, cfg, port, relay, hexkey)
         try:
             board.power_on(timeout)
         except BoardError as e:
@@ -344,8 +391,20 @@ def start_board(
 @click.option("--dir", "board_dir", type=click.Path(file_okay=False), help="Board directory (its flash).")
 @click.option("--port", "udp_port", type=int, help="UDP port (default: a free one).")
 @click.option("--no-build", is_flag=True, help="Run the firmware already in --dir (after `leadwire flash`).")
+@click.option(
+    "--key",
+    metavar="HEX|auto",
+    help='Auth key (32..128 hex digits), or auto: a random one, printed in the JSON line as "key". '
+    "Default: the config's key / auth, else auth off.",
+)
 def board(
-    transport: str, heap: str, config: str | None, board_dir: str | None, udp_port: int | None, no_build: bool
+    transport: str,
+    heap: str,
+    config: str | None,
+    board_dir: str | None,
+    udp_port: int | None,
+    no_build: bool,
+    key: str | None,
 ) -> None:
     """Run a virtual board; print one JSON line when it is ready; run until it is killed."""
     try:
@@ -356,10 +415,14 @@ def board(
             board_dir=board_dir,
             build_firmware=not no_build,
             udp_port=udp_port,
+            key=key,
         )
     except (BoardError, FileNotFoundError, ValueError, json.JSONDecodeError) as e:
         raise click.ClickException(str(e)) from e
-    print(json.dumps(b.info()), flush=True)
+    info = b.info()
+    if key == "auto":
+        info["key"] = b.key  # the operator asked for a new key: shown once, here only
+    print(json.dumps(info), flush=True)
     if transport != "repl":
         print("console: %s" % (b.dir / "console.log"), file=sys.stderr, flush=True)
 
