@@ -7,6 +7,8 @@ Run: python tests/vectors/make_vectors.py
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import random
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 import crcmod.predefined
 from cobs import cobs
 
-from leadwire import codec, frames, messages, wire
+from leadwire import auth, codec, frames, messages, wire
 from leadwire.lead import LeadTracker
 from leadwire.ring import EventRing
 
@@ -207,6 +209,86 @@ def queue_vectors() -> list[dict]:
     return [{"name": n, "frame_size": fs, "ops": ops, "sent": run(fs, ops)} for n, fs, ops in cases]
 
 
+def auth_vectors() -> list[dict]:
+    """HMAC tags from the standard library's hmac (the reference the device's auth.Key must match),
+    then one signed session: each step is the frame one end sends and the code the other end's
+    check returns (wire.OK, E_AUTH, E_REPLAY, E_UNSIGNED, or auth.HINT)."""
+    rng = random.Random(19)
+    out: list[dict] = []
+    for klen, dlen in [(16, 0), (32, 1), (32, 300), (64, 64), (65, 10), (100, 700)]:
+        key, ctx, data = rng.randbytes(klen), rng.randbytes(13), rng.randbytes(dlen)
+        tag = hmac.new(key, ctx + data, hashlib.sha256).digest()[: auth.TAG_SIZE]
+        out.append({"kind": "tag", "key": key.hex(), "ctx": ctx.hex(), "data": data.hex(), "tag": tag.hex()})
+    key = bytes(range(1, 33))
+    epoch = 0x8000FFFE
+    dev, host = auth.Endpoint(key, auth.TO_HOST), auth.Endpoint(key, auth.TO_DEVICE)
+    hello = messages.Hello(epoch, 256, 16, 1024, 7, "vec-1", "0.1.0", "unix", session=0)
+
+    def signed(frame: codec.Frame, how: str, ep: auth.Endpoint) -> bytes:
+        b = bytearray(codec.encode(frame)) + bytearray(auth.AUTH_SIZE)
+        n = len(b) - auth.AUTH_SIZE
+        if how == "hello_req":
+            m = ep.host_sign_hello(b, n)
+        elif how == "dev_hello":
+            m = ep.device_sign_hello(b, n, epoch >> 16, epoch & 0xFFFF)
+        else:
+            m = ep.sign_into(b, n)
+        return bytes(b[:m])
+
+    steps: list[dict] = []
+
+    def send(data: bytes, to: str, what: str, by: str | None = None, how: str | None = None) -> None:
+        ep = dev if to == "device" else host
+        b = bytearray(data)
+        if b[0] & 0x1F != wire.HELLO:
+            code = ep.verify(b, len(b))
+        elif to == "device":
+            code = ep.device_hello(b, len(b), epoch >> 16, epoch & 0xFFFF)
+        else:
+            code = ep.host_hello(b, len(b))
+        step = {"to": to, "what": what, "frame": data.hex(), "code": code}
+        if by:
+            step["sign"] = how
+        steps.append(step)
+
+    def make(frame: codec.Frame, how: str, to: str, what: str) -> bytes:
+        data = signed(frame, how, host if to == "device" else dev)
+        send(data, to, what, "x", how)
+        return data
+
+    hello_frame = messages.hello_frame
+    make(hello_frame(hello), "dev_hello", "host", "boot hello: a hint")
+    make(messages.poll_frame(5, 10), "data", "device", "poll before any handshake")
+    make(codec.Frame(wire.HELLO, 0x1234ABCD, b"", message_id=3), "hello_req", "device", "hello request")
+    hello.session = 1
+    answer = make(hello_frame(hello, tag=3), "dev_hello", "host", "hello answer")
+    send(answer, "host", "hello answer again")
+    polls = [signed(messages.poll_frame(100 + i, 10, tag=i), "data", host) for i in range(4)]
+    for i in (1, 0, 3, 2):  # signed in order 0..3, delivered reordered: the window takes them
+        send(polls[i], "device", "poll %d (reordered)" % i)
+    send(polls[2], "device", "poll 2 replayed")
+    answers = [make(messages.recovery_frame(1, 2 + i, epoch, tag=i), "data", "host", "answer %d" % i)
+               for i in range(3)]  # fmt: skip
+    send(answers[1], "host", "answer 1 replayed")
+    forged = bytearray(answers[0])
+    forged[12] ^= 0x40
+    wire.seal(forged, len(forged) - wire.OVERHEAD)
+    send(bytes(forged), "host", "forged answer (payload changed, CRC right)")
+    send(codec.encode(messages.poll_frame(9, 10)), "device", "unsigned poll")
+    wrong = auth.Endpoint(bytes(32), auth.TO_DEVICE)
+    wrong.send_lo = 9
+    send(signed(messages.poll_frame(9, 10), "data", wrong), "device", "wrong key")
+    req2 = codec.Frame(wire.HELLO, 0x0BADCAFE, b"", message_id=4)
+    make(req2, "hello_req", "device", "second hello request")
+    send(polls[3], "device", "poll of the old session")
+    hello.session = 2
+    make(hello_frame(hello, tag=4), "dev_hello", "host", "second hello answer")
+    send(answers[2], "host", "answer of the old session")
+    make(messages.poll_frame(7, 10), "data", "device", "poll of the new session")
+    out.append({"kind": "session", "key": key.hex(), "epoch": epoch, "steps": steps})
+    return out
+
+
 ALL = {
     "crc16.json": crc_vectors,
     "cobs.json": cobs_vectors,
@@ -215,6 +297,7 @@ ALL = {
     "ring.json": ring_vectors,
     "lead.json": lead_vectors,
     "frame_queue.json": queue_vectors,
+    "auth.json": auth_vectors,
 }
 
 
