@@ -266,6 +266,9 @@ def decode_sample(data):
 ALARM_BAD_FRAME = 1  # value: bad frames received so far
 ALARM_PERIODIC = 2  # synthetic alarm source; value: alarms raised so far
 HEALTH_SIZE = 16
+# a board with auth on (issue 6) appends its auth rejects, u16 each (saturated): 22 bytes
+HEALTH_AUTH_FIELDS = ("auth_forged", "auth_replayed", "auth_unsigned")
+HEALTH_AUTH_SIZE = 22
 
 
 def decode_alarm(data):
@@ -275,7 +278,11 @@ def decode_alarm(data):
 
 
 def decode_health(data):
-    """Health record -> dict of HEALTH_FIELDS (layout in device.py: boots mod 4096, u16 saturated)."""
-    _need(len(data) == HEALTH_SIZE, "health length")
-    up, bc, free, low, over, dropped, bad = struct.unpack(">IHHHHHH", bytes(data))
-    return dict(zip(HEALTH_FIELDS, (bc >> 4, bc & 0xF, up, free, low, over, dropped, bad)))
+    """Health record -> dict of HEALTH_FIELDS (layout in device.py: boots mod 4096, u16 saturated),
+    plus HEALTH_AUTH_FIELDS for the 22-byte record of a board with auth on."""
+    _need(len(data) in (HEALTH_SIZE, HEALTH_AUTH_SIZE), "health length")
+    up, bc, free, low, over, dropped, bad = struct.unpack(">IHHHHHH", bytes(data[:HEALTH_SIZE]))
+    d = dict(zip(HEALTH_FIELDS, (bc >> 4, bc & 0xF, up, free, low, over, dropped, bad)))
+    if len(data) == HEALTH_AUTH_SIZE:
+        d.update(zip(HEALTH_AUTH_FIELDS, struct.unpack(">HHH", bytes(data[HEALTH_SIZE:]))))
+    return d
