@@ -40,6 +40,7 @@ class Fleet:
         payload: int = 16,
         tick: float = 0.01,
         fast: bool = True,
+        auth: bool = True,
     ) -> None:
         self.procs: list[subprocess.Popen[str]] = []
         self.devices: list[dict[str, Any]] = []
@@ -51,7 +52,7 @@ class Fleet:
             p = subprocess.Popen(
                 [sys.executable, "-m", WORKER, "--devices", str(count), "--rate", str(rate), "--capacity",
                  str(capacity), "--seed", str(seed), "--payload", str(payload), "--tick", str(tick),
-                 "--first-index", str(first), *(["--fast"] if fast else [])],
+                 "--first-index", str(first), *(["--fast"] if fast else []), *(["--auth"] if auth else [])],
                 stdout=subprocess.PIPE,
                 text=True,
             )  # fmt: skip
@@ -81,7 +82,8 @@ class Fleet:
         lines = ["[bridge]", 'id = "fleetsim"', "[store]", 'path = "%s"' % store, "[polling]"]
         lines += ["%s = %s" % (k, json.dumps(v)) for k, v in polling.items()]
         for d in self.devices:
-            lines += ["[[device]]", 'id = "%s"' % d["id"], 'udp = "%s"' % d["udp"], 'timestamp = "prefix_us"']
+            lines += ["[[device]]", 'id = "%s"' % d["id"], 'udp = "%s"' % d["udp"], 'timestamp = "prefix_us"',
+                      'key = "%s"' % d["key"] if "key" in d else "auth = false"]  # fmt: skip
         path.write_text("\n".join(lines) + "\n")
         return path
 
@@ -114,13 +116,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=None, help="write a bridge.toml for these devices")
     ap.add_argument("--store", default="fleetsim.db")
     ap.add_argument("--core", action="store_true", help="full SimCore devices instead of the light simulator")
+    ap.add_argument(
+        "--no-auth", action="store_true", help="devices without keys (auth = false in the config)"
+    )
     args = ap.parse_args(argv)
     with Fleet(
-        args.devices, args.rate, args.procs, args.capacity, args.seed, args.payload, fast=not args.core
+        args.devices, args.rate, args.procs, args.capacity, args.seed, args.payload, fast=not args.core,
+        auth=not args.no_auth,
     ) as fleet:
         if args.config:
             fleet.config(args.config, args.store)
-        print(json.dumps({"devices": fleet.devices, "pids": [p.pid for p in fleet.procs]}), flush=True)
+        public = [{k: v for k, v in d.items() if k != "key"} for d in fleet.devices]  # keys: config only
+        print(json.dumps({"devices": public, "pids": [p.pid for p in fleet.procs]}), flush=True)
         stop = []
         signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
         try:

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from leadwire import codec, framing, messages, wire
+from leadwire import auth, codec, framing, messages, wire
 from leadwire.frames import FrameQueue
 from leadwire.reports import ReportSequence
 from leadwire.ring import EventRing
@@ -63,8 +63,12 @@ class SimCore:
         board: str = "sim",
         start: int | None = None,
         payload_size: int = 16,
+        key: bytes | None = None,
     ) -> None:
         self.index = index
+        self.key = key  # authentication (issue 6): every frame signed and checked; None: auth off
+        self.auth: auth.Endpoint | None = None
+        self.refused = 0  # signed frames refused with auth off
         self.capacity = capacity
         self.slot_size = slot_size
         self.channels = channels
@@ -97,6 +101,8 @@ class SimCore:
         self.pending: dict[int, tuple[list[bytes], float]] = {}  # channel -> (frames, sent at)
         self.subscriber: Any = None
         self._pad = bytes(self.payload_size - EVENT.size)
+        if self.key is not None:
+            self.auth = auth.Endpoint(self.key, auth.TO_HOST)  # a new boot: no session, K from 1
 
     def write_events(self, k: int, t_us: int | None = None) -> None:
         t = now_us() if t_us is None else t_us
@@ -115,19 +121,49 @@ class SimCore:
     # -- requests ------------------------------------------------------------------------
 
     def hello(self, tag: int = 0) -> bytes:
+        """The HELLO answer (with auth: after a handshake, signed with the session K; before any,
+        the boot HELLO signed with K = 0)."""
+        signed = self.auth is not None
         h = messages.Hello(
             self.epoch, self.capacity, self.slot_size, self.frame_size, self.boots, self.board_id,
-            self.firmware, self.board,
+            self.firmware, self.board, 0 if signed else None,
         )  # fmt: skip
-        return codec.encode(messages.hello_frame(h, tag))
+        b = codec.encode(messages.hello_frame(h, tag))
+        if self.auth is None:
+            return b
+        buf = bytearray(b) + bytes(auth.AUTH_SIZE)
+        return bytes(buf[: self.auth.device_sign_hello(buf, len(b), self.epoch >> 16, self.epoch & 0xFFFF)])
+
+    def sign(self, b: bytes) -> bytes:
+        """One outgoing frame, signed in the current session when auth is on."""
+        if self.auth is None:
+            return b
+        buf = bytearray(b) + bytes(auth.AUTH_SIZE)
+        return bytes(buf[: self.auth.sign_into(buf, len(b))])
 
     def handle(self, data: bytes, now_s: float = 0.0) -> list[bytes]:
-        """Answer one frame from the host."""
+        """Answer one frame from the host (auth on: checked first, every answer signed)."""
         try:
             f = codec.decode(data)
         except wire.WireError:
             self.bad_frames += 1
             return []
+        ep = self.auth
+        if ep is None:
+            if data[1] & (wire.F_AUTH << 4):
+                self.refused += 1  # auth off: signed frames refused
+                return []
+            return self._handle(f)
+        buf = bytearray(data)
+        if f.type == wire.HELLO and not f.payload:
+            if ep.device_hello(buf, len(buf), self.epoch >> 16, self.epoch & 0xFFFF):
+                return []
+            return [self.hello(f.message_id)]  # at once: the answer starts the session
+        if ep.verify(buf, len(buf)):
+            return []
+        return [self.sign(b) for b in self._handle(f)]
+
+    def _handle(self, f: codec.Frame) -> list[bytes]:
         t = f.type
         try:
             if t == wire.POLL:
@@ -188,7 +224,7 @@ class SimCore:
                     rs.timeout()
                     self.report_retransmissions += 1
                     self.pending[ch] = (p[0], now_s)
-                    out.extend(p[0])  # R0802: the identical bytes
+                    out.extend([self.sign(b) for b in p[0]])  # R0802: identical (the trailer is per send)
                 continue
             t = now_us() if t_us is None else t_us
             body = messages.encode_records([(ch, EVENT.pack(t, self.index, rs.number))])
@@ -206,7 +242,7 @@ class SimCore:
                             fr.message_id, fr.index)
             )  # fmt: skip
             sent.setdefault(ch, []).append(b)
-            out.append(b)
+            out.append(self.sign(b))
         for ch, frames_ in sent.items():
             self.pending[ch] = (frames_, now_s)
             self.reports_sent += 1
@@ -371,6 +407,7 @@ class SimFleet:
         payload_size: int = 16,
         serial: int = 0,
         first_index: int = 0,
+        auth: bool = False,
     ) -> None:
         self.count = count
         self.rate = rate  # events per second per device
@@ -379,7 +416,8 @@ class SimFleet:
         self.ack_timeout = ack_timeout
         self.cores = [
             SimCore(
-                first_index + i, capacity=capacity, seed=seed, channels=channels, payload_size=payload_size
+                first_index + i, capacity=capacity, seed=seed, channels=channels, payload_size=payload_size,
+                key=os.urandom(32) if auth else None,
             )
             for i in range(count)
         ]
@@ -399,12 +437,19 @@ class SimFleet:
         return self
 
     def describe(self) -> list[dict[str, Any]]:
+        """Each device's bridge config: id, udp or serial, and `key` (hex: a secret, for the bridge's
+        config only) or `auth = false`."""
         out = []
         for link in self.links:
             if isinstance(link, SimDevice):
-                out.append({"id": link.core.board_id, "udp": "%s:%d" % link.address})
+                d: dict[str, Any] = {"id": link.core.board_id, "udp": "%s:%d" % link.address}
             elif isinstance(link, SimSerial):
-                out.append({"id": link.core.board_id, "serial": link.path})
+                d = {"id": link.core.board_id, "serial": link.path}
+            else:
+                continue
+            k = link.core.key
+            d.update({"key": k.hex()} if k is not None else {"auth": False})
+            out.append(d)
         return out
 
     async def _generate(self) -> None:
@@ -443,14 +488,17 @@ class SimFleet:
             link.close()  # type: ignore[attr-defined]
 
 
-def _frame(ftype: int, tag: int, seq: int, body: bytes) -> bytes:
-    """One answer frame, laid out by the core (wire.put_header / wire.seal): no second definition."""
+def _frame(ftype: int, tag: int, seq: int, body: bytes, ep: auth.Endpoint | None = None) -> bytes:
+    """One answer frame, laid out by the core (wire.put_header / wire.seal): no second definition;
+    signed by the device's auth endpoint when given."""
     n = len(body)
-    buf = bytearray(wire.OVERHEAD + n)
+    buf = bytearray(wire.OVERHEAD + n + (auth.AUTH_SIZE if ep is not None else 0))
     wire.put_header(buf, ftype, wire.F_LAST, 0, 0, tag, 0, n, seq >> 16, seq & 0xFFFF)
     buf[wire.HEADER_SIZE : wire.HEADER_SIZE + n] = body
-    wire.seal(buf, n)
-    return bytes(buf)
+    size = wire.seal(buf, n)
+    if ep is not None:
+        size = ep.sign_into(buf, size)
+    return bytes(buf[:size])
 
 
 class VirtualRing:
@@ -472,10 +520,14 @@ class VirtualRing:
         t0_us: int | None = None,
         start: int | None = None,
         limit: int | None = None,
+        key: bytes | None = None,
     ) -> None:
         if not 1 <= capacity <= 65535 or rate < 0:
             raise ValueError("capacity 1..65535, rate >= 0")
         self.index = index
+        self.key = key  # authentication: requests checked, answers signed (auth.Endpoint)
+        self.auth = auth.Endpoint(key, auth.TO_HOST) if key is not None else None
+        self.refused = 0  # requests refused by authentication (or signed with auth off)
         self.rate = rate
         self.period = 1e6 / rate if rate > 0 else 0.0
         self.capacity = capacity
@@ -512,8 +564,14 @@ class VirtualRing:
 
     def hello(self, tag: int) -> bytes:
         slot = max(32, self.payload_size)  # SimCore's default slot, or one that fits the payload
-        h = messages.Hello(self.epoch, self.capacity, slot, 1024, 1, self.board_id, "sim-0.1", "sim")
-        return codec.encode(messages.hello_frame(h, tag))
+        ep = self.auth
+        h = messages.Hello(self.epoch, self.capacity, slot, 1024, 1, self.board_id, "sim-0.1", "sim",
+                           None if ep is None else 0)  # fmt: skip
+        b = codec.encode(messages.hello_frame(h, tag))
+        if ep is None:
+            return b
+        buf = bytearray(b) + bytes(auth.AUTH_SIZE)
+        return bytes(buf[: ep.device_sign_hello(buf, len(b), self.epoch >> 16, self.epoch & 0xFFFF)])
 
     def handle(self, data: bytes, now: int) -> bytes | None:
         """The answer to one request (HELLO or POLL), or None."""
@@ -523,6 +581,24 @@ class VirtualRing:
             return None
         t = data[0] & 0x1F
         tag = data[3]
+        ep = self.auth
+        if data[1] & 0x20:  # signed
+            if ep is None:
+                self.refused += 1
+                return None
+            if t == wire.HELLO and n == wire.OVERHEAD + auth.AUTH_SIZE:
+                if ep.device_hello(data, n, self.epoch >> 16, self.epoch & 0xFFFF):
+                    self.refused += 1
+                    return None
+                return self.hello(tag)
+            if ep.verify(data, n):
+                self.refused += 1
+                return None
+            n -= auth.AUTH_SIZE
+        elif ep is not None:
+            ep.unsigned += 1
+            self.refused += 1
+            return None
         if t == wire.HELLO and n == wire.OVERHEAD:
             return self.hello(tag)
         if t != wire.POLL or n != wire.OVERHEAD + 4:
@@ -535,11 +611,11 @@ class VirtualRing:
         newest = (self.start + g - 1) & 0xFFFFFFFF
         d = (newest - seq) & 0xFFFFFFFF
         if count == 0 or d == 0:
-            return _frame(wire.NO_EVENT, tag, seq, b"")
+            return _frame(wire.NO_EVENT, tag, seq, b"", ep)
         if d > count:
             n0 = (newest - count + 1) & 0xFFFFFFFF
-            return _frame(wire.RECOVERY, tag, n0, struct.pack(">II", newest, self.epoch))
-        budget = min(mb, wire.MAX_PAYLOAD)
+            return _frame(wire.RECOVERY, tag, n0, struct.pack(">II", newest, self.epoch), ep)
+        budget = min(mb, wire.MAX_PAYLOAD - (auth.AUTH_SIZE if ep is not None else 0))
         k = min(me, wire.MAX_BATCH, d, max(1, (budget - wire.BATCH_HEAD) // self._rec))
         first = g - d
         backlog = d - k
@@ -558,7 +634,7 @@ class VirtualRing:
         ]
         body = st.pack(k, backlog >> 8, backlog & 0xFF, *args)
         s1 = (seq + 1) & 0xFFFFFFFF
-        return _frame(wire.EVENTS, tag, s1, body)
+        return _frame(wire.EVENTS, tag, s1, body, ep)
 
 
 
@@ -577,7 +653,8 @@ def serve_fast(
         s.bind((host, 0))
         socks[s.fileno()] = (s, r)
         ep.register(s.fileno(), select.EPOLLIN)
-        desc.append({"id": r.board_id, "udp": "%s:%d" % s.getsockname()[:2]})
+        desc.append({"id": r.board_id, "udp": "%s:%d" % s.getsockname()[:2],
+                     **({"key": r.key.hex()} if r.key is not None else {"auth": False})})  # fmt: skip
     if ready is not None:
         ready(desc)
     try:
@@ -620,6 +697,7 @@ async def _main(args: argparse.Namespace) -> None:
     fleet = await SimFleet(
         args.devices, rate=args.rate, capacity=args.capacity, seed=args.seed, limit=args.limit,
         tick=args.tick, serial=args.serial, payload_size=args.payload, first_index=args.first_index,
+        auth=args.auth,
     ).start()  # fmt: skip
     print(json.dumps({"pid": os.getpid(), "devices": fleet.describe()}), flush=True)
     stop = asyncio.Event()
@@ -649,6 +727,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--fast", action="store_true", help="the light simulator (VirtualRing; HELLO and POLL only)"
     )
+    p.add_argument(
+        "--auth",
+        action="store_true",
+        help="a random key per device (signed frames); the keys are in the JSON line (secrets)",
+    )
     args = p.parse_args(argv)
     if args.fast:
         return _main_fast(args)
@@ -660,7 +743,8 @@ def _main_fast(args: argparse.Namespace) -> int:
     raise_nofile()
     rings = [
         VirtualRing(
-            args.first_index + i, args.rate, args.capacity, args.payload, seed=args.seed, limit=args.limit
+            args.first_index + i, args.rate, args.capacity, args.payload, seed=args.seed, limit=args.limit,
+            key=os.urandom(32) if args.auth else None,
         )
         for i in range(args.devices)
     ]

@@ -94,7 +94,9 @@ STATUS_COLUMNS = (
     ("restarts", "restarts"),
     ("crc_errors", "crc err"),
     ("bad_frames", "bad"),
-    ("auth_failures", "auth"),
+    ("auth_forged", "forged"),
+    ("auth_replayed", "replayed"),
+    ("auth_unsigned", "unsigned"),
     ("timeouts", "timeouts"),
     ("round_trips", "round trips"),
 )

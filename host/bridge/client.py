@@ -32,11 +32,14 @@ twice. Every protocol detail (layouts, CRC, u32 arithmetic, lead) comes from the
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
+from leadwire import auth as core_auth
 from leadwire import client as core
 from leadwire import codec, frames, messages, u32, wire
 from leadwire.lead import LeadTracker
@@ -67,7 +70,9 @@ DEVICE_COUNTERS = (
     "timeouts",
     "crc_errors",
     "bad_frames",
-    "auth_failures",
+    "auth_forged",
+    "auth_replayed",
+    "auth_unsigned",
     "overruns",
     "overrun_lost",
     "restarts",
@@ -87,6 +92,16 @@ SEG_ARRIVAL = 1
 
 _COUNTERS_JSON = '{"device":{%s},"channels":{%%s}}' % ",".join('"%s":%%d' % k for k in DEVICE_COUNTERS)
 _CHANNEL_JSON = '"%%d":{%s}' % ",".join('"%s":%%d' % k for k in CHANNEL_COUNTERS)
+
+# what admit() makes of a frame's authentication (besides wire.OK)
+AUTH_REJECTS = {wire.E_AUTH: "auth_forged", wire.E_REPLAY: "auth_replayed", wire.E_UNSIGNED: "auth_unsigned"}
+_SPARE = bytes(core_auth.AUTH_SIZE)
+
+
+def random_nonce() -> int:
+    """A fresh HELLO nonce (auth.py: random, new for every request)."""
+    return int.from_bytes(os.urandom(4), "big")
+
 
 TS_MIN_US = 946_684_800_000_000  # 2000-01-01: a prefix timestamp outside [2000, 2100) is ignored
 TS_MAX_US = 4_102_444_800_000_000
@@ -161,8 +176,12 @@ class DeviceClient:
         poll: PollConfig,
         state: ClientState | None = None,
         deliver: bool = False,
+        nonce: Callable[[], int] = random_nonce,
     ) -> None:
         st = state or ClientState()
+        # authentication (issue 6): the host's end of the device's link, None with `auth = false`
+        self.auth = core_auth.Endpoint(cfg.key, core_auth.TO_DEVICE) if cfg.key is not None else None
+        self._nonce = nonce
         self.dev_key = dev_key
         self.device_id = cfg.id
         self.cfg = cfg
@@ -191,8 +210,12 @@ class DeviceClient:
         self.board = st.board
         self.board_id = st.board_id
         self.capacity = 0
-        self._booted: int | None = st.boot_epoch  # the last boot a boots row was written for
-        self._boot_by_recovery: int | None = None
+        # the last boot a boots row was written for: none yet in this run, so the run's first HELLO
+        # writes its boot's row (INSERT OR IGNORE keeps an existing one). A restart found by a
+        # RECOVERY and committed just before a SIGKILL (its HELLO not answered yet) gets its row.
+        self._booted: int | None = None
+        restart = st.recovery is not None and st.recovery.cause == core.RESTART
+        self._boot_by_recovery: int | None = st.boot_epoch if restart else None
         self.lead = LeadTracker()
         if st.boot_epoch is not None and st.lead_last is not None:
             self.lead.lead(self.device_id, EVENT_LEAD_CHANNEL, st.lead_last)  # seeds last_seq
@@ -277,9 +300,60 @@ class DeviceClient:
 
     # -- requests ------------------------------------------------------------------------
 
+    def request_bytes(self, now_s: float) -> bytes:
+        """The next request as bytes on the wire: request(), signed when the device has a key (a
+        HELLO carries a fresh random nonce in its seq and starts a new session)."""
+        f = self.request(now_s)
+        ep = self.auth
+        if ep is None:
+            return codec.encode(f)
+        if f.type == wire.HELLO:
+            f.seq = self._nonce() & 0xFFFFFFFF
+            buf = bytearray(codec.encode(f))
+            buf += _SPARE
+            return bytes(buf[: ep.host_sign_hello(buf, len(buf) - core_auth.AUTH_SIZE)])
+        return self.sign(codec.encode(f))
+
+    def sign(self, data: bytes) -> bytes:
+        """Sign one frame for the device in the current session (ACKs, SUBSCRIBE, POLL); as is when
+        the device has no key."""
+        ep = self.auth
+        if ep is None:
+            return data
+        buf = bytearray(data)
+        buf += _SPARE
+        return bytes(buf[: ep.sign_into(buf, len(data))])
+
+    def admit(self, data: bytes) -> int:
+        """Check the authentication of a frame that passed wire.check (codec.decode): wire.OK, or a
+        reject, counted (auth_forged / auth_replayed / auth_unsigned); HINT asks for a handshake.
+        Without a key a signed frame is a bad frame (E_FLAGS): the bridge was told the device has
+        no key. Nothing of a rejected frame is acted on."""
+        ep = self.auth
+        signed = data[1] & (wire.F_AUTH << 4)
+        if ep is None:
+            if signed:
+                self.on_bad_frame(wire.E_FLAGS)
+                return wire.E_FLAGS
+            return wire.OK
+        n = len(data)  # checked in place (read only): no copy
+        if data[0] & 0x1F == wire.HELLO and n > wire.OVERHEAD + (core_auth.AUTH_SIZE if signed else 0):
+            code = ep.host_hello(data, n)
+            if code == core_auth.HINT:
+                self.pc.ask_hello()  # a boot HELLO: proof of the key, not of freshness
+                return code
+        else:
+            code = ep.verify(data, n)
+        if code:
+            self.dc[AUTH_REJECTS[code]] += 1
+            self.dirty = True
+        return code
+
     def request(self, now_s: float) -> codec.Frame:
         """The next frame to send (HELLO, SUBSCRIBE or POLL(n)); it becomes the outstanding request."""
         pc = self.pc
+        if self.auth is not None and not self.auth.live:
+            pc.ask_hello()  # no session: every request before the handshake would be refused
         if self.need_subscribe and pc.state == core.POLLING and not pc.hello_due:
             self.outstanding = REQ_SUBSCRIBE
             self.sub_tag = (self.sub_tag + 1) & 0xFF
@@ -321,8 +395,20 @@ class DeviceClient:
 
     # -- frames in -----------------------------------------------------------------------
 
+    def receive(self, data: bytes, now_s: float, rx_us: int) -> bool:
+        """Feed one received frame as bytes: decoded, authenticated, then on_frame(). Returns True
+        when it answers the outstanding request. A bad frame raises its WireError (the I/O layer
+        counts it with on_bad_frame and treats it as a transport error); an authentication reject
+        is counted and ignored (False): the real answer may still come, or the timeout."""
+        f = codec.decode(data)  # WireError: the caller counts it
+        if self.auth is not None or f.flags != data[1] >> 4:
+            if self.admit(data):
+                return False
+        return self.on_frame(f, len(data), now_s, rx_us)
+
     def on_frame(self, f: codec.Frame, nbytes: int, now_s: float, rx_us: int) -> bool:
-        """Feed one received frame. Returns True when it answers the outstanding request."""
+        """Feed one received frame (decoded, authenticated). Returns True when it answers the
+        outstanding request."""
         t = f.type
         try:
             if t == wire.NOTIFY:

@@ -49,6 +49,13 @@ class DeviceConfig:
     baud: int = 115200
     subscribe: tuple[int, ...] = ()
     timestamp: str = "none"  # "none" | "prefix_us": payload starts with u64 BE generation time, us
+    # authentication (issue 6): the device's key (16..64 bytes), None with `auth = false`. A secret:
+    # kept out of repr() (and so out of every log line and error message built from a config)
+    key: bytes | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def auth(self) -> bool:
+        return self.key is not None
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,7 @@ _POLL = {
     "hello_interval",
     "ack_timeout",
 }
-_DEVICE = {"id", "udp", "serial", "baud", "subscribe", "timestamp"}
+_DEVICE = {"id", "udp", "serial", "baud", "subscribe", "timestamp", "key", "key_file", "auth"}
 
 
 def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
@@ -131,6 +138,54 @@ def _str(t: dict[str, Any], key: str, where: str, default: str) -> str:
     if not isinstance(v, str):
         raise ConfigError(where + key, "must be a string, got %r" % (v,))
     return v
+
+
+def _device_key(d: dict[str, Any], where: str, base: Path | None) -> bytes | None:
+    """The device's key from `key` (hex) or `key_file` (a file holding the hex), or None for an
+    explicit `auth = false`. Errors name the setting and the problem, never the key or its text."""
+    from leadwire import auth as core_auth
+
+    has_key = "key" in d
+    has_file = "key_file" in d
+    off = d.get("auth", True)
+    if "auth" in d and not isinstance(off, bool):
+        raise ConfigError(where + "auth", "must be false (to turn authentication off) or true")
+    if has_key and has_file:
+        raise ConfigError(where + "key", "give one of key or key_file, not both")
+    if off is False:
+        if has_key or has_file:
+            raise ConfigError(where + "key", "a key is given but auth = false: give one or the other")
+        return None
+    if has_key:
+        text = d["key"]
+        if not isinstance(text, str):
+            raise ConfigError(where + "key", "must be a string of hex digits")  # no value: a secret
+        try:
+            return bytes(core_auth.parse_key(text))
+        except ValueError as e:
+            raise ConfigError(where + "key", str(e)) from None
+    if has_file:
+        name = d["key_file"]
+        if not isinstance(name, str) or not name:
+            raise ConfigError(where + "key_file", "must be a file path")
+        path = Path(name)
+        if base is not None and not path.is_absolute():
+            path = base / path
+        try:
+            text = path.read_bytes().decode("ascii")
+        except FileNotFoundError:
+            raise ConfigError(where + "key_file", "file %s not found" % path) from None
+        except (OSError, UnicodeError) as e:
+            raise ConfigError(where + "key_file", "cannot read %s (%s)" % (path, type(e).__name__)) from None
+        try:
+            return bytes(core_auth.parse_key(text))
+        except ValueError as e:
+            raise ConfigError(where + "key_file", "%s: %s" % (path, e)) from None
+    raise ConfigError(
+        where + "key",
+        'missing: give key = "HEX", key_file = "PATH" or auth = false (authentication is off only when '
+        "said so)",
+    )
 
 
 def parse_address(value: str, key: str, allow_empty: bool = False) -> tuple[str, int]:
@@ -249,7 +304,10 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
             if "baud" in d:
                 raise ConfigError(where + "baud", "only for serial devices")
             dev_id = _str(d, "id", where, addr)
-            dc = DeviceConfig(dev_id, "udp", host=host, port=port, subscribe=tuple(sub), timestamp=ts)
+            dkey = _device_key(d, where, base)
+            dc = DeviceConfig(
+                dev_id, "udp", host=host, port=port, subscribe=tuple(sub), timestamp=ts, key=dkey
+            )
             key = "udp:%s:%d" % (host, port)
         else:
             port_s = _str(d, "serial", where, "")
@@ -257,7 +315,10 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
                 raise ConfigError(where + "serial", "must name a serial port")
             baud = _int(d, "baud", where, 115200, 50, 10_000_000)
             dev_id = _str(d, "id", where, port_s)
-            dc = DeviceConfig(dev_id, "serial", serial=port_s, baud=baud, subscribe=tuple(sub), timestamp=ts)
+            dkey = _device_key(d, where, base)
+            dc = DeviceConfig(
+                dev_id, "serial", serial=port_s, baud=baud, subscribe=tuple(sub), timestamp=ts, key=dkey
+            )
             key = "serial:" + port_s
         if not dev_id or len(dev_id) > 128:
             raise ConfigError(where + "id", "must be 1..128 characters")

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 from leadwire import codec, framing, messages, wire
 
 from . import logs
-from .client import Delivery, DeviceClient
+from .client import REQ_SUBSCRIBE, Delivery, DeviceClient
 from .config import BridgeConfig, DeviceConfig, parse_address
 from .metrics import Histogram, make_registry, serve
 from .store import GEN_INDEX, SEG_EVENT, Batch, Store, drain
@@ -167,11 +167,15 @@ class _SerialLink:
         if not data:
             self.close()
             return
-        for item in self.decoder.feed(data):
-            if isinstance(item, wire.WireError):
-                self.runner.on_bad(item.code)
-            else:
-                self.runner.on_frame(item, len(item.payload) + wire.OVERHEAD)
+        dec = self.decoder
+        pos = 0
+        end = len(data)
+        while pos < end:
+            pos = dec.scan(data, pos, end)
+            if dec.ready > 0:
+                self.runner.on_datagram(bytes(dec.frame[: dec.ready]))  # raw bytes: auth needs them
+            elif dec.ready < 0:
+                self.runner.on_bad(-dec.ready)
         self.runner.bridge.sched.run_ready()
 
     def send(self, data: bytes) -> None:
@@ -212,22 +216,21 @@ class DeviceRunner:
     # -- input -------------------------------------------------------------------------
 
     def on_datagram(self, data: bytes) -> None:
+        c = self.client
+        before = c.arrival
         try:
-            f = codec.decode(data)
+            done = c.receive(data, self.loop.time(), now_us())
         except wire.WireError as e:
             self.on_bad(e.code)
             return
-        self.on_frame(f, len(data))
+        self._after(c, before, done)
 
     def on_bad(self, code: int) -> None:
         self.client.on_bad_frame(code)
         if self.waiting:
             self.bridge.sched.answered(self, False)  # a broken answer is a transport error: poll n again
 
-    def on_frame(self, f: codec.Frame, nbytes: int) -> None:
-        c = self.client
-        before = c.arrival
-        done = c.on_frame(f, nbytes, self.loop.time(), now_us())
+    def _after(self, c: DeviceClient, before: int, done: bool) -> None:
         b = self.bridge
         if c.arrival != before:
             b.pending_rows += c.arrival - before
@@ -321,13 +324,13 @@ class Scheduler:
 
     def _send(self, r: DeviceRunner, now: float) -> None:
         c = r.client
-        f = c.request(now)
+        data = c.request_bytes(now)
         r.waiting = True
         r.sent = now
         r.gen += 1
-        timeout = c.poll_cfg.ack_timeout if f.type == wire.SUBSCRIBE else c.poll_cfg.timeout
+        timeout = c.poll_cfg.ack_timeout if c.outstanding == REQ_SUBSCRIBE else c.poll_cfg.timeout
         heapq.heappush(self.deadlines, (now + timeout, next(self._tie), r, r.gen))
-        r.link.send(codec.encode(f))
+        r.link.send(data)
 
     def pause(self) -> None:
         self.paused = True
@@ -527,7 +530,7 @@ class Bridge:
             for client, acks in batch.acks:
                 link = self.runners[client.device_id].link
                 for a in acks:
-                    link.send(a)
+                    link.send(client.sign(a))  # signed now: counters in sending order
             lat: list[int] = []
             for kind, rows in batch.segments:
                 if kind == SEG_EVENT:
@@ -550,7 +553,8 @@ class Bridge:
             self.sched.stop()
         for r in self.runners.values():
             if r.cfg.subscribe and self.failed is None:
-                r.link.send(codec.encode(messages.subscribe_frame([])))  # end the push sessions
+                # end the push sessions
+                r.link.send(r.client.sign(codec.encode(messages.subscribe_frame([]))))
         if self._flusher is not None and self._flusher is not asyncio.current_task():
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)

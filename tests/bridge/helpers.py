@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -24,24 +25,25 @@ class Driver:
         self.us = 1_700_000_000_000_000
         self.held: list[bytes] = []
         self.requests: list[codec.Frame] = []
+        self.sent: list[bytes] = []  # the requests as sent (bytes on the wire)
         self.delays: list[float] = []
 
     def feed(self, data: bytes) -> bool:
         self.us += 1
         try:
-            f = codec.decode(data)
+            return self.client.receive(data, self.t, self.us)
         except wire.WireError as e:
             self.client.on_bad_frame(e.code)
             return False
-        return self.client.on_frame(f, len(data), self.t, self.us)
 
     def exchange(
         self, drop: bool = False, dup: bool = False, hold: bool = False, corrupt: bool = False
     ) -> bool:
         """One request/answer round; returns whether the request was answered."""
-        req = self.client.request(self.t)
-        self.requests.append(req)
-        outs = self.core.handle(codec.encode(req), self.t)
+        data = self.client.request_bytes(self.t)  # signed when the client has a key
+        self.sent.append(data)
+        self.requests.append(codec.decode(data))
+        outs = self.core.handle(data, self.t)
         answered = False
         for out in outs:
             if drop:
@@ -85,11 +87,24 @@ class Driver:
 
 
 def make_client(
-    core: SimCore | None = None, poll: PollConfig | None = None, subscribe: tuple[int, ...] = (), **kw: Any
+    core: SimCore | None = None,
+    poll: PollConfig | None = None,
+    subscribe: tuple[int, ...] = (),
+    client_key: bytes | None = None,
+    **kw: Any,
 ) -> tuple[DeviceClient, SimCore, Driver]:
+    """A client and a SimCore; `key=` gives the core a key (and the client the same one unless
+    `client_key` says otherwise)."""
     core = core or SimCore(0, **kw)
-    cl = DeviceClient(1, DeviceConfig("dev", "udp", subscribe=subscribe), poll or PollConfig(batch=16))
+    ck = client_key if client_key is not None else core.key
+    cfg = DeviceConfig("dev", "udp", subscribe=subscribe, key=ck)
+    cl = DeviceClient(1, cfg, poll or PollConfig(batch=16))
     return cl, core, Driver(cl, core)
+
+
+def with_auth(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Device tables as given; `auth = false` added where neither key, key_file nor auth is."""
+    return [d if {"key", "key_file", "auth"} & set(d) else {**d, "auth": False} for d in devices]
 
 
 def bridge_config(tmp: Path, devices: list[dict[str, Any]], **sections: Any) -> BridgeConfig:
@@ -98,7 +113,7 @@ def bridge_config(tmp: Path, devices: list[dict[str, Any]], **sections: Any) -> 
         "store": {"path": str(tmp / "store.db"), "commit_interval": 0.02, **sections.get("store", {})},
         "polling": {"interval": 0.01, "interval_min": 0.002, "interval_max": 0.05, "timeout": 0.1,
                     "backoff_max": 0.2, **sections.get("polling", {})},
-        "device": devices,
+        "device": with_auth(devices),
     }  # fmt: skip
     return parse(doc)
 
@@ -119,10 +134,10 @@ def toml_config(tmp: Path, devices: list[dict[str, Any]], extra: str = "", store
         "backoff_max = 0.2",
         extra,
     ]
-    for d in devices:
+    for d in with_auth(devices):
         lines.append("[[device]]")
         for k, v in d.items():
-            lines.append("%s = %s" % (k, '"%s"' % v if isinstance(v, str) else v))
+            lines.append("%s = %s" % (k, json.dumps(v)))
     p = tmp / "bridge.toml"
     p.write_text("\n".join(lines) + "\n")
     return p

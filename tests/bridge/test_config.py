@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from leadwire.bridge.config import ConfigError, load, shard_of
+from leadwire.bridge.config import ConfigError, load, parse, shard_of
 from leadwire.cli import main
 
 pytestmark = pytest.mark.timeout(60)
 
-GOOD_DEVICE = '[[device]]\nid = "a"\nudp = "127.0.0.1:4000"\n'
+GOOD_DEVICE = '[[device]]\nid = "a"\nudp = "127.0.0.1:4000"\nauth = false\n'
+UDP = '[[device]]\nudp = "127.0.0.1:1"\n'
+KEY = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7"  # 64 hex digits: 32 bytes
 
 CASES = [
     ("[bridge]\nbogus = 1\n", "bridge.bogus", "unknown key"),
@@ -38,6 +40,18 @@ CASES = [
     (GOOD_DEVICE + GOOD_DEVICE.replace('"a"', '"b"'), "device[1].udp", "already used"),
     ("[bridge\n", "--config", "not valid TOML"),
     ("device = 3\n", "device", "array of tables"),
+    # authentication (issue 6): a key, a key file, or auth = false, said explicitly
+    (UDP, "device[0].key", 'give key = "HEX", key_file = "PATH" or auth = false'),
+    ('[[device]]\nserial = "/dev/ttyX"\n', "device[0].key", "missing"),
+    (UDP + 'key = "%s"\n' % KEY[:-1], "device[0].key", "32..128 hex digits"),
+    (UDP + 'key = "%s"\n' % KEY[:30], "device[0].key", "32..128 hex digits"),
+    (UDP + 'key = "%s"\n' % (KEY[:-2] + "zz"), "device[0].key", "hex digits only"),
+    (UDP + "key = 1234\n", "device[0].key", "must be a string"),
+    (UDP + 'key = "%s"\nauth = false\n' % KEY, "device[0].key", "auth = false"),
+    (UDP + 'key = "%s"\nkey_file = "k"\n' % KEY, "device[0].key", "not both"),
+    (UDP + 'key_file = "missing.key"\n', "device[0].key_file", "not found"),
+    (UDP + 'auth = "no"\n', "device[0].auth", "must be false"),
+    (UDP + "auth = true\n", "device[0].key", "missing"),
 ]
 
 
@@ -88,3 +102,46 @@ def test_example_config_is_valid_and_sharding_is_stable() -> None:
     shards = [shard_of(i, 4) for i in ids]
     assert shards == [shard_of(i, 4) for i in ids] and set(shards) == {0, 1, 2, 3}
     assert 200 < shards.count(0) < 300
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        'key = "%s"' % (KEY[:-2] + "zz"),  # not hex
+        'key = "%s"' % (KEY + "a"),  # odd length
+        'key = "%s"' % (KEY * 3),  # too long
+        'key = "%s"\nauth = false' % KEY,
+        'key = "%s"\nkey_file = "k.hex"' % KEY,
+        'key_file = "bad.hex"',  # holds a bad key
+    ],
+)
+def test_config_errors_never_show_the_key(tmp_path: Path, device: str) -> None:
+    (tmp_path / "bad.hex").write_text(KEY[:-2] + "zz\n")
+    cfg = tmp_path / "bridge.toml"
+    cfg.write_text('[store]\npath = "%s"\n%s%s\n' % (tmp_path / "s.db", UDP, device))
+    r = CliRunner().invoke(main, ["bridge", "--config", str(cfg), "--check"])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
+    assert "config error: device[0].key" in r.output
+    for secret in (KEY, KEY[:-2], KEY[:16], KEY[16:48]):
+        assert secret not in r.output
+
+
+def test_key_key_file_and_auth_false(tmp_path: Path) -> None:
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "b.hex").write_text("  %s\n" % KEY.upper())  # whitespace and case are fine
+    cfg = tmp_path / "bridge.toml"
+    cfg.write_text(
+        '[[device]]\nid = "a"\nudp = "127.0.0.1:1"\nkey = "%s"\n' % KEY
+        + '[[device]]\nid = "b"\nudp = "127.0.0.1:2"\nkey_file = "keys/b.hex"\n'  # relative to the config
+        + '[[device]]\nid = "c"\nserial = "/dev/ttyX"\nauth = false\n'
+    )
+    c = load(cfg)
+    a, b, off = c.devices
+    assert a.key == b.key == bytes.fromhex(KEY) and a.auth and b.auth
+    assert off.key is None and not off.auth
+    assert KEY not in repr(c) and KEY not in str(c.devices) and KEY.upper() not in repr(c)
+    r = CliRunner().invoke(main, ["bridge", "--config", str(cfg), "--check"])
+    assert r.exit_code == 0 and r.output == "config ok: 3 devices (3 in shard 0/1)\n"
+    with pytest.raises(ConfigError) as e:
+        parse({"device": [{"udp": "127.0.0.1:1", "key_file": "k"}]}, base=tmp_path)
+    assert e.value.key == "device[0].key_file" and "not found" in e.value.problem

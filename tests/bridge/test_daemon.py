@@ -249,7 +249,7 @@ def test_metrics_endpoint_reports_exact_counters(tmp_path: Path) -> None:
             'leadwire_recoveries_total{device="sim-0"} 1.0',
             'leadwire_overrun_lost_total{device="sim-0"} 0.0',
             'leadwire_restarts_total{device="sim-0"} 0.0',
-            'leadwire_auth_failures_total{device="sim-0"} 0.0',
+            'leadwire_auth_forged_total{device="sim-0"} 0.0',
             "leadwire_devices 1.0",
         ):
             assert want in lines, want
