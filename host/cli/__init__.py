@@ -7,6 +7,10 @@ click command, so `leadwire --help` stays fast and does not import Spark or asyn
 from __future__ import annotations
 
 import importlib
+import os
+import sqlite3
+import sys
+from typing import Any
 
 import click
 
@@ -25,7 +29,49 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:500]
+
+
 class LazyGroup(click.Group):
+    """The command table, and one rule for every command's errors: bad input (a usage error, a
+    missing or unreadable file, a store that is not one, a port that cannot be opened, a device that
+    cannot be reached) is one line on stderr and exit 2; anything else is a bug: one line and exit 1
+    (LEADWIRE_DEBUG=1 shows the traceback)."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # type: ignore[override]
+        if not standalone_mode or os.environ.get("LEADWIRE_DEBUG"):
+            return super().main(*args, standalone_mode=standalone_mode, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("leadwire: interrupted", err=True)
+            sys.exit(130)
+        except click.ClickException as e:
+            where = e.ctx.command_path if isinstance(e, click.UsageError) and e.ctx else "leadwire"
+            hint = " (%s --help)" % where if isinstance(e, click.UsageError) else ""
+            click.echo("%s: error: %s%s" % (where, _one_line(e.format_message()), hint), err=True)
+            sys.exit(2)
+        except OSError as e:
+            click.echo("%s: error: %s" % (self._invoked(), _one_line(str(e) or type(e).__name__)), err=True)
+            sys.exit(2)
+        except sqlite3.DatabaseError as e:
+            msg = "%s: error: store: %s"
+            click.echo(msg % (self._invoked(), _one_line(str(e))), err=True)
+            sys.exit(2)
+        except Exception as e:  # a bug: say it in one line, keep the exit code apart from bad input
+            msg = "%s: internal error: %s: %s (LEADWIRE_DEBUG=1 shows the traceback)"
+            click.echo(msg % (self._invoked(), type(e).__name__, _one_line(str(e))), err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    @staticmethod
+    def _invoked() -> str:
+        words = [w for w in sys.argv[1:3] if not w.startswith("-")]
+        if words and words[0] in COMMANDS:
+            return " ".join(["leadwire", *words[: 2 if words[0] == "netem" else 1]])
+        return "leadwire"
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
