@@ -24,3 +24,62 @@ def led(on):
 
 def reset_cause():
     return 0
+
+
+def _trace():
+    # Device-side record for the chaos run (tools/chaos.py), virtual board only: when the board's
+    # flash holds a file "trace", every event the ring takes is appended to it as the ring stores
+    # it (channel u8, length u16, data), one unbuffered write() each, so a power cut (SIGKILL) keeps
+    # every event the agent could ever have sent. Each ring built starts with a boot record:
+    # 0x00 0xFFFF (no event is that long), epoch u32, start offset u32, boot count u32. A file
+    # "quiesce" stops the sources (checked every 64 events): the ring takes nothing more, so the
+    # bridge can drain it to the last event at the end of a run.
+    import os
+
+    try:
+        os.stat("trace")
+    except OSError:
+        return
+    from leadwire import ring
+    from leadwire.ring import EventRing as Ring
+
+    class Traced(Ring):
+        def __init__(self, capacity, start=None, slot_size=64, epoch=0):
+            Ring.__init__(self, capacity, start, slot_size, epoch)
+            n = 0
+            try:
+                with open("boots") as f:
+                    n = int(f.read())
+            except (OSError, ValueError):
+                pass
+            s = (self.newest + 1) & 0xFFFFFFFF
+            h = bytearray(b"\x00\xff\xff")
+            for v in (epoch, s, n):
+                h.extend(bytes(((v >> 24) & 0xFF, (v >> 16) & 0xFF, (v >> 8) & 0xFF, v & 0xFF)))
+            self._t = open("trace", "ab")
+            self._t.write(h)
+            self._q = 0  # events until the next look for "quiesce"; -1: quiesced
+
+        def write(self, payload, channel=0, length=-1):
+            q = self._q
+            if q < 0:
+                return
+            if q == 0:
+                q = 64
+                try:
+                    os.stat("quiesce")
+                    self._q = -1
+                    return
+                except OSError:
+                    pass
+            self._q = q - 1
+            Ring.write(self, payload, channel, length)
+            s = self._store
+            p = self._head * self._stride
+            self._t.write(s, p, 3 + ((s[p + 1] << 8) | s[p + 2]))
+
+    setattr(ring, "EventRing", Traced)  # lwboot imports EventRing when it builds the ring
+
+
+_trace()
+del _trace
