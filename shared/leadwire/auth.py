@@ -23,6 +23,9 @@
 #      counters 1, 2, ... A frame of an older session or boot fails its tag; within a session a
 #      counter is accepted once, and at most WINDOW behind the highest seen (reordering), so a
 #      replayed poll, ACK, SUBSCRIBE or answer is refused.
+#   A HELLO answer that comes after the host asked again (a new nonce) is stale, not forged: the host
+#   keeps the nonces of its last PENDING unanswered requests for that (E_REPLAY), and the previous
+#   session's context for late frames of that session.
 #   The HELLO a device sends at boot, before any handshake, is signed in (1, E, 0) with K = 0: the
 #   host takes it only as a hint to start a handshake (it is replayable).
 # Only the low 16 bits of a counter travel; the receiver takes the 32-bit value nearest its highest.
@@ -47,6 +50,7 @@ TO_DEVICE = const(0)
 TO_HOST = const(1)
 KEY_MIN = const(16)
 KEY_MAX = const(64)
+PENDING = const(4)  # host: a late answer to one of the last PENDING unanswered HELLO requests is stale
 
 # what accept() found (besides wire.OK / E_AUTH / E_REPLAY / E_UNSIGNED)
 HINT = const(-1)  # a device's boot HELLO: proof of the key, not of freshness (ask for a HELLO)
@@ -123,6 +127,9 @@ class Endpoint:
         self.boot = bytearray(13)  # the device's boot HELLO: (1, E, 0)
         self.boot[0] = TO_HOST
         self.has_old = 0
+        self.prev = bytearray(4 * PENDING)  # host: nonces of unanswered HELLO requests before the last
+        self.asked = 0  # host: a HELLO request is out (its nonce in rx)
+        self.n_prev = 0  # how many of them (the newest first)
         self.old_hi = 0  # the previous session's highest counter
         self.old_lo = 0
         self.send_hi = 0
@@ -267,6 +274,13 @@ class Endpoint:
         host must draw it at random) in the zero context; the answer is expected under H."""
         if self.live:
             self._keep_old()
+        elif self.asked:  # the request before went unanswered: a late answer to it is stale, not forged
+            for i in range(4 * PENDING - 1, 3, -1):
+                self.prev[i] = self.prev[i - 4]
+            for i in range(4):
+                self.prev[i] = self.rx[5 + i]
+            self.n_prev = min(self.n_prev + 1, PENDING)
+        self.asked = 1
         for i in range(4):
             self.rx[5 + i] = buf[6 + i]
         self.live = 0
@@ -295,6 +309,12 @@ class Endpoint:
             if k and self.has_old and self._tag_ok(self.old, buf, n, 0, c):
                 self.replayed += 1
                 return wire.E_REPLAY
+            for j in range(self.n_prev if k else 0):
+                for i in range(4):
+                    ctx[5 + i] = self.prev[4 * j + i]
+                if self._tag_ok(ctx, buf, n, 0, c):
+                    self.replayed += 1  # the late answer to a HELLO request we had sent again
+                    return wire.E_REPLAY
             self.forged += 1
             return wire.E_AUTH
         if not k:

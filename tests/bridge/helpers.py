@@ -14,6 +14,9 @@ from leadwire.bridge.client import DeviceClient
 from leadwire.bridge.config import BridgeConfig, DeviceConfig, PollConfig, parse
 from leadwire.tools.simdevice import SimCore
 
+# the key make_client gives a new SimCore by default (test modules run their cases signed with it)
+DEFAULT_KEY: list[bytes | None] = [None]
+
 
 class Driver:
     """The asyncio layer's job without asyncio: request -> device -> answers -> client, with faults."""
@@ -95,7 +98,9 @@ def make_client(
 ) -> tuple[DeviceClient, SimCore, Driver]:
     """A client and a SimCore; `key=` gives the core a key (and the client the same one unless
     `client_key` says otherwise)."""
-    core = core or SimCore(0, **kw)
+    if core is None:
+        kw.setdefault("key", DEFAULT_KEY[0])
+        core = SimCore(0, **kw)
     ck = client_key if client_key is not None else core.key
     cfg = DeviceConfig("dev", "udp", subscribe=subscribe, key=ck)
     cl = DeviceClient(1, cfg, poll or PollConfig(batch=16))

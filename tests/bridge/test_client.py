@@ -10,14 +10,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leadwire import codec, messages, u32, wire
+from leadwire import auth, codec, messages, u32, wire
 from leadwire.bridge.client import EVENT_LEAD_CHANNEL
 from leadwire.bridge.config import PollConfig
 from leadwire.tools.simdevice import SimCore
 
+from . import helpers
 from .helpers import make_client
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module", autouse=True, params=["unsigned", "signed"])
+def auth_mode(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """Every case twice: unsigned (auth = false), and signed (issue 6: a key on both ends)."""
+    helpers.DEFAULT_KEY[0] = bytes(range(32)) if request.param == "signed" else None
+    yield request.param
+    helpers.DEFAULT_KEY[0] = None
 
 # arrival tuple indices (store.ARRIVAL_COLUMNS)
 A_KIND, A_SEQ, A_LEAD, A_DUP, A_RETX = 2, 8, 9, 10, 11
@@ -75,7 +84,9 @@ def test_overrun_counts_exact_loss_and_lead_shows_the_gap() -> None:
     assert len(cl.out_events) + loss.lost == core.generated
 
 
-def test_restart_detected_by_recovery_epoch_resets_lead() -> None:
+def test_restart_detected_by_recovery_epoch_resets_lead(auth_mode: str) -> None:
+    if auth_mode == "signed":
+        pytest.skip("signed, a new boot refuses the old session's polls: only a handshake (HELLO) finds it")
     cl, core, d = make_client(capacity=16, start=500)
     core.write_events(4)
     d.run(3)
@@ -143,31 +154,32 @@ def test_transport_error_polls_the_same_n_with_bounded_backoff() -> None:
     assert offsets(cl)[-1] == 42 and len(cl.out_events) == 3
 
 
-def test_duplicate_and_late_answers_get_spec000_leads_and_are_stored_once() -> None:
+def test_duplicate_and_late_answers_get_spec000_leads_and_are_stored_once(auth_mode: str) -> None:
     cl, core, d = make_client(capacity=32, start=10)
     core.write_events(1)
     d.run(3)  # 10 stored
     core.write_events(3)
     d.exchange(dup=True)  # 11,12,13 arrive twice in a row
     leads = [(a[A_SEQ], a[A_LEAD], a[A_DUP]) for a in cl.out_arrivals]
-    assert leads[1:] == [
-        (11, 1, False),
-        (12, 1, False),
-        (13, 1, False),
-        (11, -2, True),
-        (12, -1, True),
-        (13, 0, True),
-    ]
+    first = [(11, 1, False), (12, 1, False), (13, 1, False)]
+    if auth_mode == "signed":
+        # the second copy is byte for byte the first: a replay, refused and counted before anything
+        assert leads[1:] == first and cl.dc["auth_replayed"] == 1
+    else:
+        assert leads[1:] == [*first, (11, -2, True), (12, -1, True), (13, 0, True)]
     assert offsets(cl) == [10, 11, 12, 13]
     core.write_events(1)
     d.exchange(hold=True)  # the answer (14) is delayed...
     d.exchange()  # ...the retry is answered (14), then the delayed copy arrives: lead 0, duplicate
-    tail = [(a[A_SEQ], a[A_LEAD], a[A_DUP]) for a in cl.out_arrivals][7:]
-    assert tail == [(14, 1, False), (14, 0, True)]
+    k = len(leads)
+    tail = [(a[A_SEQ], a[A_LEAD], a[A_DUP]) for a in cl.out_arrivals][k:]
+    assert tail == [(14, 1, False), (14, 0, True)]  # signed too: another answer, not a replay
     assert offsets(cl) == [10, 11, 12, 13, 14]
     c = {ch: v for ch, v in cl.cc.items()}
-    assert sum(v[0] for v in c.values()) == 9 and sum(v[1] for v in c.values()) == 4
-    assert cl.dc["stale_answers"] == 2
+    dups = 4 if auth_mode == "unsigned" else 1
+    assert sum(v[0] for v in c.values()) == 5 + dups and sum(v[1] for v in c.values()) == dups
+    assert cl.dc["stale_answers"] == (2 if auth_mode == "unsigned" else 1)
+    assert cl.dc["auth_forged"] == cl.dc["auth_unsigned"] == 0
 
 
 def test_corrupted_answer_is_a_crc_error_then_the_poll_is_repeated() -> None:
@@ -201,7 +213,7 @@ def test_push_session_acks_after_store_and_detects_retransmission() -> None:
     assert sorted(arr) == [(1, 1, 0, True, True)] * 2 + [(1, 1, 1, False, False)] * 2
     assert sum(v[4] for v in cl.cc.values()) == 2  # retransmissions counter
     for a in cl.out_acks:  # now the ACKs (sent again for the retransmission) get through
-        core.handle(a)
+        core.handle(cl.sign(a))  # the daemon signs each ACK when it sends it
     assert core.sessions[2].number == 2 and core.sessions[5].number == 2
     for b in core.report_tick(2.0):
         d.feed(b)
@@ -239,7 +251,7 @@ def test_adaptive_interval_stays_within_bounds() -> None:
 def test_property_every_event_is_stored_once_or_counted_lost(
     script: list[tuple[int, str]], start: int
 ) -> None:
-    core = SimCore(0, capacity=16, start=start)
+    core = SimCore(0, capacity=16, start=start, key=helpers.DEFAULT_KEY[0])
     cl, core, d = make_client(core=core, poll=PollConfig(batch=8))
     for k, fault in script:
         core.write_events(k)
@@ -264,6 +276,13 @@ def test_property_every_event_is_stored_once_or_counted_lost(
     assert [a[A_SEQ] for a in firsts] == stored
     assert all(a[A_LEAD] >= 1 for a in firsts) and all(a[A_DUP] for a in cl.out_arrivals if a[A_LEAD] < 1)
     assert cl.lead.last("dev", EVENT_LEAD_CHANNEL) == stored[-1]
+    # signed: line faults (dropped, duplicated, late, corrupted) are never counted as attacks --
+    # unless a HELLO answer comes after more than auth.PENDING newer HELLO requests (5 held in a row)
+    runs = "".join("h" if f == "hold" else "." for _, f in script)
+    assert cl.dc["auth_forged"] == 0 or "h" * (auth.PENDING + 1) in runs
+    assert cl.dc["auth_unsigned"] == 0
+    if core.auth is not None:
+        assert core.auth.forged == core.auth.replayed == core.auth.unsigned == 0
 
 
 def test_counters_json_is_exactly_json_dumps() -> None:
