@@ -370,9 +370,14 @@ class SimSerial(_Link):
             return
         except OSError:
             return
-        for item in self.decoder.feed(data):
-            if isinstance(item, codec.Frame):
-                self._answers(codec.encode(item))
+        dec = self.decoder
+        pos = 0
+        while pos < len(data):
+            pos = dec.scan(data, pos, len(data))
+            if dec.ready > 0:
+                self._answers(bytes(dec.frame[: dec.ready]))  # as received: a signed frame keeps its tag
+            elif dec.ready < 0:
+                self.core.bad_frames += 1
 
     def _send(self, data: bytes) -> None:
         b = framing.encode(data)
