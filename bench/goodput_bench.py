@@ -67,7 +67,7 @@ CH = 1
 HEAP = "64K"
 UDP_FRAME = 1472  # the board's UDP frame (one datagram, no IP fragmentation)
 UDP_MAX_BYTES = 1460  # the bridge's max answer payload over UDP
-UDP_RING = 300  # 300 x (3 + 64) B: what fits the 64 KB heap beside the UDP link
+UDP_RING = 280  # 280 x (3 + 64) B: what fits the 64 KB heap beside the UDP link (auth code included)
 SERIAL_FRAME = wire.MAX_FRAME  # 2,059 B: the largest frame; fewer headers per event on a slow line
 SERIAL_RING = 200  # fits beside the serial buffers of a 2,059 B frame (checked at boot below)
 OVER = 2.0  # serial: the sensor offers this x what the line can carry (64 B events)
@@ -507,6 +507,8 @@ def report(res: dict[str, Any]) -> str:
     )
     rows.append(["raw, 64 B datagrams (one event each)", fmt(r64), fmt(r64 / EVENT), "%.3f" % (g / r64)])
     out.append(table(rows))
+    per = ["%.3f" % (x["goodput"] / y["rate"]) for x, y in zip(best, raw, strict=False) if y["rate"]]
+    out.append("ratio per repetition (same repetition's runs): %s" % " / ".join(per))
     out.append("")
     rows = [
         [
@@ -564,6 +566,8 @@ def report(res: dict[str, Any]) -> str:
             "emulated line, measured B/s",
             "stored payload B/s",
             "ratio goodput / (baud/10)",
+            "per run",
+            "goodput / emulated line",
             "framing ceiling (full frames)",
             "ceiling of the frames sent",
             "down line busy",
@@ -585,6 +589,8 @@ def report(res: dict[str, Any]) -> str:
                 fmt(res["line"].get(str(baud), float("nan"))),
                 fmt(med(rs, "goodput")),
                 "**%.3f**" % (med(rs, "goodput") / line),
+                " / ".join("%.3f" % (r["goodput"] / line) for r in rs),
+                "%.3f" % (med(rs, "goodput") / res["line"][str(baud)]) if res["line"].get(str(baud)) else "-",
                 "%.3f" % (c["payload"] / c["cobs"]),
                 "%.3f" % sent_ceiling,
                 pct(med(rs, "down_busy")),
