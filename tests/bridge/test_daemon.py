@@ -191,9 +191,12 @@ def test_subscribe_vs_subscribe_ordered_with_injected_duplicates_and_late_answer
     run(main())
 
 
-def test_push_sessions_partial_subscriber_retransmission_stored_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("auth", [False, True], ids=["unsigned", "signed"])
+def test_push_sessions_partial_subscriber_retransmission_stored_once(tmp_path: Path, auth: bool) -> None:
     async def main() -> None:
-        fleet = await SimFleet(1, rate=0, capacity=64, seed=5, tick=0.01, ack_timeout=0.2, channels=4).start()
+        fleet = await SimFleet(
+            1, rate=0, capacity=64, seed=5, tick=0.01, ack_timeout=0.2, channels=4, auth=auth
+        ).start()
         b = await _started(tmp_path, fleet, subscribe=[2, 4])
         got: list[tuple[str, int, int, int, bool]] = []
         b.subscribe(2, lambda m, lead, src: got.append((m.kind, m.channel, m.seq, lead, m.retransmission)))
@@ -218,6 +221,11 @@ def test_push_sessions_partial_subscriber_retransmission_stored_once(tmp_path: P
         assert n_arr == len(reps) + 1
         assert all(g[0] == "report" and g[1] == 2 for g in got)
         assert [g[2] for g in got if not g[4]] == [r[2] for r in reps if r[0] == 2]
+        if auth:  # reports, their resends and the ACKs all signed, none refused either way
+            c = b.clients["sim-0"].dc
+            ep = core.auth
+            assert ep is not None and (ep.forged, ep.replayed, ep.unsigned) == (0, 0, 0)
+            assert (c["auth_forged"], c["auth_replayed"], c["auth_unsigned"]) == (0, 0, 0)
 
     run(main())
 
