@@ -13,8 +13,9 @@ The run (:func:`run`):
 * the bridge daemon as a subprocess (``leadwire bridge --config``) into SQLite;
 * a seeded schedule of faults: boards power-cut and powered on again (``VirtualBoard.restart()``),
   the bridge SIGKILLed, down for a random while, started again;
-* at the end the boards are quiesced (a file ``quiesce`` stops their rings: nothing more is
-  generated), the bridge drains them, gets SIGTERM, and :func:`check` runs.
+* the boards are held (a file ``pause`` on their flash: the ring takes nothing) until the bridge is
+  up, and held again at the end: nothing more is generated, the bridge drains every ring to its last
+  event, gets SIGTERM, and :func:`check` runs.
 
 The checker (:func:`check`) takes each board's record as ground truth. Within a boot, offsets are
 consecutive from the start offset, so record i of a boot is offset start + i. Every generated event
@@ -232,21 +233,32 @@ def bridge_toml(db: Path, devices: list[tuple[str, str, str, str | None]]) -> st
     return "\n".join(lines) + "\n"
 
 
+# mean frame sizes on a serial chaos link (measured: bytes / frames in netem's counts, COBS and
+# delimiter included): POLLs up, EVENTS answers down
+SERIAL_FRAME_UP = 18
+SERIAL_FRAME_DOWN = 180
+
+
 def impairments(opts: ChaosOptions, k: int) -> dict[str, Any]:
     """netem profiles for board k. UDP: the probabilities per datagram, both directions. Serial is a
-    byte stream: dup and reorder are per frame, loss and corruption per byte, set so that a 64-byte
-    frame is hit with the same probabilities (1 - (1 - p) ** (1 / 64) per byte; loss in runs of 1-4
-    bytes)."""
+    byte stream: dup and reorder are per frame, loss and corruption per byte, set so that a frame of
+    the mean size of its direction is hit with the same probabilities: 1 - (1 - p) ** (1 / size)
+    per byte (loss in runs of 1-4 bytes)."""
     from leadwire.tools.netem import Impairment
 
     seed = opts.seed * 1000 + k
-    per_byte = 1.0 / 64
+
+    def serial(size: int) -> Impairment:
+        loss = 1 - (1 - opts.loss) ** (1 / size)
+        corrupt = 1 - (1 - opts.corrupt) ** (1 / size)
+        return Impairment(loss=loss, loss_run=4, dup=opts.dup, reorder=opts.reorder, reorder_ms=30,
+                          corrupt=corrupt, seed=seed)  # fmt: skip
+
     return {
         "udp": Impairment(loss=opts.loss, dup=opts.dup, reorder=opts.reorder, reorder_ms=30,
                           corrupt=opts.corrupt, seed=seed),
-        "serial": Impairment(loss=1 - (1 - opts.loss) ** per_byte, loss_run=4, dup=opts.dup,
-                             reorder=opts.reorder, reorder_ms=30,
-                             corrupt=1 - (1 - opts.corrupt) ** per_byte, seed=seed),
+        "serial_up": serial(SERIAL_FRAME_UP),
+        "serial_down": serial(SERIAL_FRAME_DOWN),
     }  # fmt: skip
 
 
@@ -308,13 +320,15 @@ class Tally:
     double_counted: int = 0
     overruns: int = 0  # overrun loss rows
     dup_arrivals: int = 0  # duplicated / late arrivals the bridge recognised (logged, not stored)
-    bad_frames: int = 0  # the bridge's crc_errors + bad_frames + auth_failures (committed counters)
+    bad_frames: int = 0  # the bridge's crc_errors + bad_frames + auth_* (committed counters)
     problems: list[str] = field(default_factory=list)
+    per_boot: list[dict[str, Any]] = field(default_factory=list)  # the classes of each boot
 
     def add(self, o: Tally) -> None:
         for k, v in asdict(o).items():
             if isinstance(v, int) and k != "restarts_made":
                 setattr(self, k, getattr(self, k) + v)
+        self.per_boot += [{"board": o.name, **pb} for pb in o.per_boot]
         if o.restarts_made >= 0:
             self.restarts_made = max(self.restarts_made, 0) + o.restarts_made
         self.problems += [o.name + ": " + p for p in o.problems]
@@ -356,7 +370,9 @@ def check_board(
     dev, t.transport, counters = row
     dc = json.loads(counters or "{}").get("device", {})
     t.bridge_restarts = int(dc.get("restarts", 0))
-    t.bad_frames = sum(int(dc.get(k, 0)) for k in ("crc_errors", "bad_frames", "auth_failures"))
+    t.bad_frames = sum(
+        int(v) for k, v in dc.items() if k in ("crc_errors", "bad_frames") or k.startswith("auth_")
+    )
     t.dup_arrivals = conn.execute(
         "SELECT COUNT(*) FROM arrivals WHERE dev=? AND kind=0 AND duplicate=1", (dev,)
     ).fetchone()[0]
@@ -413,7 +429,7 @@ def check_board(
                 continue  # a duplicate: counted above
             marks[i] = 1
             last = max(last, i)
-            if (ch, bytes(data) if data is not None else None) != tb.record(i):
+            if (ch, bytes(data) if isinstance(data, bytes) else None) != tb.record(i):
                 t.corrupted += 1
         head_done = False
         for _seq, epoch, client_n, n0, _n1, lost, cause in losses:
@@ -450,18 +466,17 @@ def check_board(
                 )
             last = max(last, lo + lost - 1)
         cut = bi < len(boots) - 1 or final_cut
-        t.stored += marks.count(1)
-        t.lost += marks.count(2)
-        t.before_contact += marks.count(3)
         unmarked_before = marks[: last + 1].count(0)
         tail = n - 1 - last if last < n else 0
-        t.silent += unmarked_before
-        if cut:
-            t.died_with_boot += tail
-        else:
-            t.silent += tail
-            if tail:
-                t.problems.append("epoch %08x: last %d events never stored (not drained)" % (tb.epoch, tail))
+        pb = {"boot": tb.boots, "epoch": tb.epoch, "generated": n, "stored": marks.count(1),
+              "lost": marks.count(2), "before_contact": marks.count(3), "died_with_boot": tail if cut else 0,
+              "silent": unmarked_before + (0 if cut else tail),
+              "ended": "power cut" if cut else "run end"}  # fmt: skip
+        t.per_boot.append(pb)
+        for k in CLASSES:
+            setattr(t, k, getattr(t, k) + pb[k])
+        if tail and not cut:
+            t.problems.append("epoch %08x: last %d events never stored (not drained)" % (tb.epoch, tail))
         if unmarked_before:
             t.problems.append("epoch %08x: %d events missing with no loss row" % (tb.epoch, unmarked_before))
     return t
@@ -488,6 +503,7 @@ class ChaosResult:
     netem: dict[str, dict[str, Any]]
     seconds: dict[str, float]
     bridge_starts: int = 0
+    pids: list[int] = field(default_factory=list)  # every process the run started (all ended)
 
     @property
     def total(self) -> Tally:
@@ -513,6 +529,7 @@ class ChaosResult:
             "netem": self.netem,
             "seconds": self.seconds,
             "bridge_starts": self.bridge_starts,
+            "pids": self.pids,
         }
 
 
@@ -546,6 +563,7 @@ class _Bridge:
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.pids: list[int] = []
 
     def start(self, timeout: float = 60.0) -> None:
         with self.log.open("ab") as err:
@@ -557,6 +575,7 @@ class _Bridge:
                 start_new_session=True,
             )
         self.starts += 1
+        self.pids.append(self.proc.pid)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.log.read_text(errors="replace").count('"bridge_started"') >= self.starts:
@@ -642,21 +661,24 @@ def run(opts: ChaosOptions, say: Say = _stderr) -> ChaosResult:
     bridge: _Bridge | None = None
     faults: list[Fault] = []
     secs: dict[str, float] = {}
+    pids: list[int] = []
     with contextlib.ExitStack() as stack:
         # 1. boards, each with its record
         for spec in opts.boards:
             d = out / "boards" / spec.name
             if d.exists():
-                for fname in ("trace", "quiesce", "boots", "console.log"):
+                for fname in ("trace", "pause", "boots", "console.log"):
                     with contextlib.suppress(FileNotFoundError):
                         (d / fname).unlink()
             d.mkdir(parents=True, exist_ok=True)
             (d / "trace").touch()
+            (d / "pause").touch()  # nothing generated before the bridge is up
             b = start_board(
                 spec.transport, config=board_config(spec), board_dir=d, key="auto" if opts.auth else None
             )
             stack.callback(b.close)
             boards[spec.name] = b
+            pids.append(b.pid)
             traces[spec.name] = Trace(d / "trace")
         say("chaos: %d boards up (%s)" % (len(boards), ", ".join(
             "%s ring %d, %d Hz" % (s.name, s.ring, s.hz) for s in opts.boards)))  # fmt: skip
@@ -673,23 +695,18 @@ def run(opts: ChaosOptions, say: Say = _stderr) -> ChaosResult:
                 devices.append((spec.name, "udp", "%s:%d" % imp.address, b.key))
             else:
                 assert b.port is not None
-                imp = stack.enter_context(in_thread(SerialImpairer(b.port, prof["serial"])))
+                imp = stack.enter_context(
+                    in_thread(SerialImpairer(b.port, prof["serial_up"], prof["serial_down"]))
+                )
                 devices.append((spec.name, "serial", imp.port, b.key))
             imps[spec.name] = imp
         p = impairments(opts, 0)
         say(
-            "chaos: netem loss %g dup %g reorder %g corrupt %g (UDP per datagram; serial per byte loss %.5f "
-            "corrupt %.6f, per frame dup/reorder), seed %d"
-            % (
-                opts.loss,
-                opts.dup,
-                opts.reorder,
-                opts.corrupt,
-                p["serial"].loss,
-                p["serial"].corrupt,
-                opts.seed,
-            )
-        )
+            "chaos: netem loss %g dup %g reorder %g corrupt %g, seed %d (UDP per datagram; serial "
+            "dup/reorder per frame, loss/corrupt per byte: up %.5f/%.6f, down %.5f/%.6f)"
+            % (opts.loss, opts.dup, opts.reorder, opts.corrupt, opts.seed, p["serial_up"].loss,
+               p["serial_up"].corrupt, p["serial_down"].loss, p["serial_down"].corrupt)
+        )  # fmt: skip
         # 3. the bridge
         cfg = out / "bridge.toml"
         cfg.write_text(bridge_toml(db, devices))
@@ -704,6 +721,8 @@ def run(opts: ChaosOptions, say: Say = _stderr) -> ChaosResult:
         say("chaos: %s" % ", ".join(
             "%.1fs %s" % (f.at, ("cut " + f.board) if f.kind == "board" else "bridge kill %.1fs" % f.down)
             for f in faults) if faults else "chaos: no faults")  # fmt: skip
+        for spec in opts.boards:
+            (out / "boards" / spec.name / "pause").unlink()
         t0 = time.monotonic()
         secs["setup"] = t0 - t_start
         next_line = t0 + opts.progress_every
@@ -719,6 +738,7 @@ def run(opts: ChaosOptions, say: Say = _stderr) -> ChaosResult:
                 f.done_at = el
                 if f.kind == "board":
                     boards[f.board].restart()
+                    pids.append(boards[f.board].pid)
                     cuts[f.board] += 1
                     say(
                         "chaos: %6.1fs power cut + power on of %s (pid %d)"
@@ -750,7 +770,7 @@ def run(opts: ChaosOptions, say: Say = _stderr) -> ChaosResult:
         secs["generate"] = time.monotonic() - t0
         # 5. quiesce the boards, let the bridge drain them
         for spec in opts.boards:
-            (out / "boards" / spec.name / "quiesce").touch()
+            (out / "boards" / spec.name / "pause").touch()
         t1 = time.monotonic()
         sizes: dict[str, int] = {}
         stable = 0.0
@@ -785,11 +805,12 @@ def run(opts: ChaosOptions, say: Say = _stderr) -> ChaosResult:
         net = {name: imp.snapshot() for name, imp in imps.items()}
     secs["total"] = time.monotonic() - t_start
     t2 = time.monotonic()
+    bridge_pids = bridge.pids if bridge else []
     tallies = check(db, traces, cuts)
     secs["check"] = time.monotonic() - t2
     o = asdict(opts)
     o["out"] = str(opts.out)
-    return ChaosResult(o, tallies, faults, net, secs, bridge.starts if bridge else 0)
+    return ChaosResult(o, tallies, faults, net, secs, bridge.starts if bridge else 0, pids + bridge_pids)
 
 
 def netem_summary(net: dict[str, dict[str, Any]]) -> str:
@@ -823,6 +844,10 @@ def report(res: ChaosResult) -> str:
                                f.done_at if f.done_at is not None else f.at,
                                "" if f.done_at is not None else " (not reached)")
             for f in res.faults),
+        "boots (events: generated = stored + lost + before contact + died with boot + silent):",
+        *["  %s boot %d (%08x, ended by %s): %d = %d + %d + %d + %d + %d" % (
+            pb["board"], pb["boot"], pb["epoch"], pb["ended"], pb["generated"], pb["stored"], pb["lost"],
+            pb["before_contact"], pb["died_with_boot"], pb["silent"]) for pb in t.per_boot],
         "netem:",
         netem_summary(res.netem),
         "time: setup %.1fs, generation %.1fs, drain %.1fs, check %.1fs, total %.1fs" % (

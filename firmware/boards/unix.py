@@ -31,9 +31,10 @@ def _trace():
     # flash holds a file "trace", every event the ring takes is appended to it as the ring stores
     # it (channel u8, length u16, data), one unbuffered write() each, so a power cut (SIGKILL) keeps
     # every event the agent could ever have sent. Each ring built starts with a boot record:
-    # 0x00 0xFFFF (no event is that long), epoch u32, start offset u32, boot count u32. A file
-    # "quiesce" stops the sources (checked every 64 events): the ring takes nothing more, so the
-    # bridge can drain it to the last event at the end of a run.
+    # 0x00 0xFFFF (no event is that long), epoch u32, start offset u32, boot count u32. While a file
+    # "pause" exists (looked for every 64 events the agent emits) the ring takes nothing: the chaos
+    # run holds the boards until the bridge is up, and stops them at the end so that the bridge can
+    # drain every ring to its last event.
     import os
 
     try:
@@ -58,21 +59,21 @@ def _trace():
                 h.extend(bytes(((v >> 24) & 0xFF, (v >> 16) & 0xFF, (v >> 8) & 0xFF, v & 0xFF)))
             self._t = open("trace", "ab")
             self._t.write(h)
-            self._q = 0  # events until the next look for "quiesce"; -1: quiesced
+            self._q = 1  # events until the next look for "pause"
+            self._p = 0  # paused
 
         def write(self, payload, channel=0, length=-1):
-            q = self._q
-            if q < 0:
-                return
-            if q == 0:
+            q = self._q - 1
+            if q <= 0:
                 q = 64
                 try:
-                    os.stat("quiesce")
-                    self._q = -1
-                    return
+                    os.stat("pause")
+                    self._p = 1
                 except OSError:
-                    pass
-            self._q = q - 1
+                    self._p = 0
+            self._q = q
+            if self._p:
+                return
             Ring.write(self, payload, channel, length)
             s = self._store
             p = self._head * self._stride
