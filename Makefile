@@ -54,7 +54,7 @@ bench: $(STAMP)
 	@# default adds 10M); goes on past a failing script and fails at the end. QUICK=1: --quick
 	@# where a script has it. Figures: docs/benchmarks.md.
 	@failed=""; \
-	for s in core_bench bridge_bench fleet_bench fuzz_bench netem_bench peer_mqtt_bench goodput_bench; do \
+	for s in core_bench bridge_bench fleet_bench fuzz_bench netem_bench peer_mqtt_bench goodput_bench chaos_bench; do \
 	  f=bench/$$s.py; \
 	  if [ ! -f $$f ]; then echo "===== $$f: not present, skipped"; continue; fi; \
 	  args=""; \

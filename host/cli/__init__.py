@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("leadwire.bridge.cli:status", "Show devices and counters from the store."),
     "export": ("leadwire.bridge.cli:export", "Export the store as Parquet for the fleet job."),
     "netem": ("leadwire.tools.netem:netem", "Impair the bridge-board link (loss, dup, reorder, corruption)."),
+    "chaos": ("leadwire.tools.chaos:chaos", "Kill boards and the bridge under netem; check every event."),
 }
 
 
