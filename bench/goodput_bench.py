@@ -223,6 +223,9 @@ def finish(res: dict[str, Any], db: Path, seconds: float) -> dict[str, Any]:
     res.update(stored(db, res["window"]))
     res["seconds"] = seconds
     res["lost_s"] = res["counters"].get("overrun_lost", 0) / seconds
+    for who in ("board", "bridge"):  # CPU microseconds per stored event
+        cpu = res[who + "_cpu"]
+        res[who + "_us"] = 1e6 * cpu / res["events_s"] if cpu is not None and res["events_s"] else None
     acc = account(str(db))
     res["silent_lost"] = acc.get("silent_lost", 0)
     res["counted_lost"] = acc.get("counted_lost", 0)
@@ -520,6 +523,7 @@ def report(res: dict[str, Any]) -> str:
             "silent",
             "board CPU",
             "bridge CPU",
+            "CPU us / stored event: board, bridge",
         ]
     ]
     for h in rates:
@@ -535,6 +539,7 @@ def report(res: dict[str, Any]) -> str:
                 fmt(sum(r["silent_lost"] for r in rs)),
                 pct(med(rs, "board_cpu")),
                 pct(med(rs, "bridge_cpu")),
+                "%s, %s" % (fmt(med(rs, "board_us"), 1), fmt(med(rs, "bridge_us"), 1)),
             ]
         )
     out.append(table(rows))
