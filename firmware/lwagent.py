@@ -15,6 +15,18 @@
 #            sendto() slice a memoryview (~32 B): per datagram, not per event.
 #   control  SUBSCRIBE, report build / post / ACK, NOTIFY fragments (Frame objects, kept after
 #            sending for the identical resend), health (gc.collect), exceptions.
+#   auth     with a key (issue 6), every frame received is verified and every frame sent is
+#            signed: the HMAC allocates per frame (auth.py: two sha256 objects and digests), never
+#            per event; emit() stays 0 B.
+#
+# Authentication (config "key"; lwboot decides, auth.py is the protocol): each link has an
+# auth.Endpoint (L[_EP], None with "auth": false). A HELLO request starts a session (answered at
+# once with the signed HELLO carrying the session K); every other frame must verify before it is
+# acted on (forged, replayed, unsigned: refused, not answered, counted in the health record, no
+# alarm); every frame sent is signed (poll answers and each frame of a burst, HELLO answers and the
+# boot HELLO, ACKs, NOTIFY fragments and their resends: the trailer is per transmission). The
+# payload budget of every frame (L[_LIM]) leaves room for the 8-byte trailer within the link's
+# frame size. With auth off, a signed frame is a bad frame.
 import asyncio
 import gc
 import select
@@ -27,7 +39,7 @@ from leadwire import wire
 from leadwire.bufcopy import copy_into
 from leadwire.framing import encode_into
 
-_RX = const(128)  # largest frame accepted (a SUBSCRIBE of up to 115 channels)
+_RX = const(136)  # largest frame accepted (a SUBSCRIBE of up to 115 channels, signed)
 _BURST = const(32)  # most answer frames one POLL may ask for (wire fragment index 0..31)
 _FAST = const(200)  # events per pass of a sensor with hz 0 (as fast as it can: benchmarks)
 # settings (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
@@ -55,6 +67,8 @@ _BAD = const(7)
 _OVERFLOW = const(8)  # events that found a report body full (they are still in the ring)
 _ALARMS = const(9)
 _ALAST = const(10)  # ticks_ms of the last bad-frame alarm
+# with auth on, 11..13: auth rejects (forged, replayed, unsigned) summed over the links at each
+# health record, and sent after it as a record of its own (health_into(ev, h, 11): 6 bytes)
 # a link
 # a link (lwboot builds it: [io, udp, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer, hello,
 # serial read chunk, COBS buffer, StreamDecoder])
@@ -73,6 +87,8 @@ _HELLO = const(11)
 _RB = const(12)  # serial: read chunk, COBS buffer, stream decoder
 _CB = const(13)
 _DEC = const(14)
+_EP = const(15)  # auth.Endpoint, or None (auth off)
+_LIM = const(16)  # payload budget of a frame: link frame size - overhead (- auth trailer)
 # a push session (one per subscribed channel on a link)
 _RS = const(0)  # ReportSequence
 _BODY = const(1)  # report body being accumulated (count, backlog 0, records)
@@ -93,7 +109,15 @@ _SBUF = const(5)
 
 
 def _send(L, b, n, a):
-    # b[:n] to address a (UDP) or down the serial line; returns 1 for a dropped frame
+    # b[:n] (unsigned) signed when the link has auth, then sent; returns 1 for a dropped frame
+    ep = L[_EP]
+    if ep is not None:
+        n = ep.sign_into(b, n)
+    return _out(L, b, n, a)
+
+
+def _out(L, b, n, a):
+    # b[:n] to address a (UDP) or down the serial line as it is; returns 1 for a dropped frame
     try:
         if L[_UDP]:
             L[_IO].sendto(L[_MV][:n] if b is L[_TX] else b, a)
@@ -114,7 +138,7 @@ class Agent:
         self.links = links
         self.ring = ring
         self.ev = bytearray(24)  # scratch payload: health and alarm records
-        h: list = [0] * 11
+        h: list = [0] * (14 if links and links[0][_EP] is not None else 11)
         h[_BOOTS] = k[14]
         h[_CAUSE] = board.reset_cause()
         h[_LOW] = gc.mem_free()
@@ -122,6 +146,9 @@ class Agent:
         self.h = h
         self.tasks: list = []  # main.py keeps the asyncio tasks here
         self.pushing = 0  # push sessions on all links
+        e = ring.epoch
+        self.eh = (e[0] << 8) | e[1]  # boot epoch halves: the auth context
+        self.el = (e[2] << 8) | e[3]
         self.poll = select.poll()
         for L in links:
             self.poll.register(L[_IO], select.POLLIN)
@@ -160,6 +187,23 @@ class Agent:
             return self._bad()
         t = b[0] & 0x1F
         tx = L[_TX]
+        ep = L[_EP]
+        if ep is None:
+            if b[1] & 0x20:  # signed (F_AUTH) while auth is off: refused
+                return self._bad()
+        elif t == wire.HELLO and n == wire.OVERHEAD + 8:
+            # a HELLO request: a new session, answered at once with the signed HELLO (K)
+            if ep.device_hello(b, n, self.eh, self.el):
+                return
+            m = len(L[_HELLO])
+            copy_into(tx, 0, L[_HELLO], 0, m)
+            m = ep.device_sign_hello(tx, dv.retag(tx, m, b[3]), self.eh, self.el)
+            self.h[_DROP] += _out(L, tx, m, a)
+            return
+        elif ep.verify(b, n):
+            return  # forged, replayed or unsigned: counted by the endpoint, not answered
+        else:
+            n -= 8  # auth.AUTH_SIZE: the frame as if unsigned (the checks below use n)
         if t == wire.POLL and (n == 16 or n == 17):
             # a burst: up to max_frames (payload byte 4, 1..32; absent: 1) EVENTS frames back to
             # back, each from the last offset of the one before, until the ring has no more
@@ -171,6 +215,8 @@ class Agent:
             lo = wire.seq_lo(b)
             me = dv.u16(b, 0)
             mb = dv.u16(b, 1)
+            if mb > L[_LIM]:
+                mb = L[_LIM]  # the signed frame must fit the link's frame
             i = 0
             while True:
                 m = ring.answer_into(tx, hi, lo, me, mb, b[3], i)
@@ -200,7 +246,7 @@ class Agent:
         if L[_Q] is None:
             from leadwire.frames import FrameQueue
 
-            L[_Q] = FrameQueue(len(L[_TX]) - wire.OVERHEAD)
+            L[_Q] = FrameQueue(L[_LIM])
         L[_PEER] = a
         L[_SUBS] = {}
         L[_RAW] = []
@@ -285,8 +331,15 @@ class Agent:
 
     async def io(self):
         for L in self.links:
-            if not L[_UDP] or L[_PEER]:
-                _send(L, L[_HELLO], len(L[_HELLO]), L[_PEER])  # HELLO after boot
+            if not L[_UDP] or L[_PEER]:  # HELLO after boot
+                ep = L[_EP]
+                if ep is None:
+                    _out(L, L[_HELLO], len(L[_HELLO]), L[_PEER])
+                else:  # signed with session K = 0: a hint to the host to start a handshake
+                    tx = L[_TX]
+                    m = len(L[_HELLO])
+                    copy_into(tx, 0, L[_HELLO], 0, m)
+                    _out(L, tx, ep.device_sign_hello(tx, m, self.eh, self.el), L[_PEER])
         h = self.h
         while True:
             busy = 0
@@ -359,6 +412,14 @@ class Agent:
                 h[_FREE] = gc.mem_free()
                 h[_OVER] = self.ring.overwritten
                 self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h))
+                if len(h) > 11:  # auth on: the rejects of all links, a record of their own
+                    h[11] = h[12] = h[13] = 0
+                    for L in self.links:
+                        ep = L[_EP]
+                        h[11] += ep.forged
+                        h[12] += ep.replayed
+                        h[13] += ep.unsigned
+                    self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h, 11))
             if k[_AMS] and time.ticks_diff(ms, adue) >= 0:
                 adue = time.ticks_add(ms, k[_AMS])
                 self.alarm(2, h[_ALARMS] + 1)  # messages.ALARM_PERIODIC

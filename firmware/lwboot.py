@@ -18,9 +18,10 @@ SPEC = (
     "|port 4210 1 65535,frame 1024 64 1472,gap 0 0 1000"  # udp
     "|port 0 0 0,frame 256 64 2059,gap 0 0 1000"  # serial
     "|ch 1 0 255,hz 10 0 1000000,size 16 2 512"  # a sensor (hz 0: as fast as it can)
-    "|config.json|0.1.0|id sensors udp serial wlan bind host|1 10 16 2 2 12"  # default sensors
+    "|config.json|0.1.0|id sensors udp serial wlan bind host key auth|1 10 16 2 2 12"  # default sensors
     "|starting again on safe defaults (links, id and wlan kept from config.json)"  # after a failure
     "|starting again on safe defaults without config.json|giving up"
+    '|authentication needs "key" (32..128 hex digits) or "auth": false'  # issue 6
 )
 
 
@@ -31,8 +32,12 @@ def build(board, hold=None):
     tier 1 keeps only the config's links, id and wlan, tier 2 nothing of it. The config and the
     boot count are read once: a retry reads neither file again. A failed attempt closes every
     link it opened first, so the next one finds its ports free. hold: main.py's list holding a
-    block taken before the boot fragmented the heap, released for the ring."""
-    st: list = [hold]  # the config as read, the boot count
+    block taken before the boot fragmented the heap, released for the ring.
+
+    Authentication is decided once, from the config as read, whatever the tier (a fallback never
+    turns it off): "auth": false -> off; a valid "key" -> on; no key, or a bad one -> not ready
+    ("leadwire: not ready: no key" / "bad key"), said without any key material."""
+    st: list = [hold]  # the config as read, the boot count, the auth key (auth.Key, None: off)
     for tier in range(3):
         try:
             b = _attempt(board, st, tier)
@@ -42,6 +47,9 @@ def build(board, hold=None):
             if st[0]:
                 st[0].pop()  # main.py's block, if the failure came before the ring took it
             print("boot: %r; %s" % (e, SPEC.split("|")[8 + tier]))
+    if isinstance(b, str):  # no key or a bad key: nothing may reach the agent unauthenticated
+        print("leadwire: not ready: %s; fix config.json and reset" % b)
+        return None
     if b is None or not b[3]:
         # nothing could reach the agent: say so and stop (the REPL on a board; the launcher
         # reports it as a failure) rather than claim to be ready, or reset in a loop
@@ -55,8 +63,15 @@ def _attempt(board, st, tier):
     import json
     import socket
 
+    # the core modules first: loaded before the config and the boot fragment the heap beside
+    # main.py's block (later, a 64K heap may have no 272-byte hole left for them)
+    from leadwire._compat import random_u32
+    from leadwire.device import hello_into
+    from leadwire.framing import StreamDecoder
+    from leadwire.ring import EventRing
+
     spec, uspec, sspec, sensor, config, fw, keys, dsens = SPEC.split("|")[:8]
-    kid, ksens, kudp, kser, kwlan, kbind, khost = keys.split()
+    kid, ksens, kudp, kser, kwlan, kbind, khost, kkey, kauth = keys.split()
 
     def ints(d, spec, where):
         out = []
@@ -104,6 +119,22 @@ def _attempt(board, st, tier):
         except OSError:
             print("boot: cannot store the boot count")
         st += [d, n + 1]
+        # the auth choice, once (never printed: the key). Only checked here; auth.py is loaded
+        # after the ring (its ~7 KB must not split the block the ring takes)
+        t = d.get(kkey)
+        try:
+            # "auth": false: off; else a key is required (bad key: never said which digit)
+            t = None if d.get(kauth) is False else bytes.fromhex(t.strip())  # type: ignore
+            if t is not None and not 16 <= len(t) <= 64:
+                raise ValueError
+        except Exception:  # no key (None, not a str) or a bad one
+            t = "bad key" if t else "no key"
+            print("config: %s: %s" % (t, SPEC.split("|")[11]))
+        st.append(t)
+    if type(st[3]) is str:
+        return st[3]
+    ak = st[3]
+    ax = 8 if ak else 0  # auth.AUTH_SIZE: the trailer of a signed frame
     d = st[1]
     if tier:
         d = {key: d[key] for key in (kid, kudp, kser, kwlan) if tier == 1 and key in d}
@@ -143,25 +174,26 @@ def _attempt(board, st, tier):
     # and 3 report bodies, plus slack: 10.3 KB + 3 bodies. From here to ready the rest of the boot
     # and the agent cost the frame and serial buffers and the sensors, less ~3.2 KB (lwboot is
     # unloaded). Measured on the unix port (64-bit): pessimistic for 32-bit boards.
-    from leadwire._compat import random_u32
-    from leadwire.device import hello_into
-    from leadwire.framing import StreamDecoder
-    from leadwire.ring import EventRing
-
     epoch = random_u32()
     if st[0]:
         st[0].pop()  # main.py's block: the ring goes where it was, in one piece
     gc.collect()
     free = gc.mem_free()
-    need = 7100 + 3 * k[10] + max([x[3] for x in lk] + [0])
+    need = 7100 + 3 * k[10] + max([x[3] for x in lk] + [0]) + (7100 + 800 * len(lk) if ak else 0)
     for x in lk:
         need += 2 * x[3] + 400 if x[0] == kser else 0
     for x in sk:
         need += x[2] + 96
     # the links' buffers, then the ring at once: the big blocks before anything fragments the heap
     # (one frame buffer for all links: frames are built and sent without an await in between)
-    shared = bytearray(max([x[3] for x in lk] + [0]))
-    sb = [[bytearray(64), bytearray(x[3] + x[3] // 254 + 2), StreamDecoder(128)] for x in lk if x[0] == kser]
+    # with auth on, every buffer has room for the 8-byte trailer after the largest unsigned frame;
+    # the answers and fragments are sized so that the signed frame still fits the link's frame
+    shared = bytearray(max([x[3] for x in lk] + [0]) + ax)
+    sb = [
+        [bytearray(64), bytearray(x[3] + ax + (x[3] + ax) // 254 + 2), StreamDecoder(128 + ax)]
+        for x in lk
+        if x[0] == kser
+    ]
     ring = None
     if k[0] * (3 + k[1]) + need <= free:
         try:
@@ -191,6 +223,10 @@ def _attempt(board, st, tier):
     links = []
     tasks = []
     opened: list = []  # (io, peer: False for serial, UDP address or None, frame size, gap)
+    if ak:  # after the ring and the buffers (auth.py: ~6.7 KB of heap, each endpoint ~0.8 KB)
+        from leadwire.auth import TO_HOST, Endpoint, Key
+
+        ko = Key(ak)
     try:
         for key, c, port, frame, gap in lk:
             try:
@@ -226,22 +262,23 @@ def _attempt(board, st, tier):
             # a link, as lwagent indexes it: io, udp, tx, memoryview(tx), frame queue (made on the
             # first SUBSCRIBE), gap, next send, sessions, message owners, resend list, peer (UDP:
             # where the HELLO after boot and reports go), HELLO; serial: read chunk, COBS buffer,
-            # decoder
-            tx = memoryview(shared)[:frame]
+            # decoder (UDP: None x 3); auth endpoint (None: auth off), payload budget of a frame
+            tx = memoryview(shared)[: frame + ax]
             L = [io, peer is not False, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer or None, b""]
-            if peer is False:
-                L += sb[0]
+            L += sb[0] if peer is False else [None, None, None]
+            L += [Endpoint(ko, TO_HOST) if ak else None, frame - 12 - ax]
             links.append(L)
         for L in links:
             tx = L[2]
-            L[11] = bytes(tx[: hello_into(tx, epoch, k[0], k[1], len(tx), k[14], (name, fw, board.KIND))])
+            m = hello_into(tx, epoch, k[0], k[1], len(tx) - ax, k[14], (name, fw, board.KIND), ax // 2)
+            L[11] = bytes(tx[:m])
     except BaseException:
         for o in opened:  # a retry must find its ports free (EADDRINUSE otherwise)
             o[0].close()
         raise
     kinds = " ".join("%s:%d" % (kudp, lk[0][2]) if L[1] else kser for L in links)  # udp: its port
     print(
-        "leadwire %s on %s, id %s, boot %d, epoch %08x, ring %dx%d, links %s"
-        % (fw, board.KIND, name, k[14], epoch, k[0], k[1], kinds or "none")
+        "leadwire %s on %s, id %s, boot %d, epoch %08x, ring %dx%d, links %s, auth %s"
+        % (fw, board.KIND, name, k[14], epoch, k[0], k[1], kinds or "none", "on" if ak else "off")
     )
     return k, ring, sensors, links, tasks

@@ -18,7 +18,7 @@ FIRMWARE = ROOT / "firmware"
 CORE = ROOT / "shared" / "leadwire"
 
 MARCH = {"unix": "x64", "esp32": "xtensawin", "rp2": "armv6m"}
-# the core modules a board imports (codec, messages, lead, reassembly, client, u32 stay on the host)
+# the core modules a board may import (codec, messages, lead, reassembly, client, u32: host only)
 CORE_DEVICE = (
     "__init__",
     "_compat",
@@ -31,6 +31,7 @@ CORE_DEVICE = (
     "frames",
     "reports",
     "device",
+    "auth",  # imported only when config.json has a key (issue 6)
 )
 FIRMWARE_MODULES = ("lwagent", "lwboot")
 

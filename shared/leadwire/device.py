@@ -4,7 +4,8 @@
 # core modules already have (each new name is a qstr: ~30 bytes on a 64-bit port).
 #
 #  HELLO     capacity u16, slot_size u16, frame_size u16, boots u16, then board id, firmware
-#            version, board kind (u8 length + UTF-8 each)             hello_into (boot; allocates)
+#            version, board kind (u8 length + UTF-8 each)[, auth session K u32 (signed HELLOs:
+#            auth.Endpoint.device_sign_hello fills it in)]            hello_into (boot; allocates)
 #  POLL      max_events u16, max_bytes u16                            u16(buf, 0), u16(buf, 1)
 #  ACK       status u16                                               u16(buf, 0), ack_into
 #  answers   echo the request's tag (message id byte; ring.answer_into does it for polls) retag
@@ -19,6 +20,8 @@
 #  health    16 bytes: uptime s u32, boots u12 << 4 | reset cause u4, heap free u16, heap
 #            low-water u16, ring overruns u16, frames dropped u16, bad frames received u16
 #            (boots wraps at 4096; the u16 values saturate at 65535)            health_into
+#  auth      with auth on, after each health record on its channel: rejects forged u16,
+#            replayed u16, unsigned u16 (6 bytes, saturated)                health_into
 #
 # Allocation: none, except where marked (boot and control path).
 from leadwire import wire
@@ -39,9 +42,10 @@ def _u32(buf, n, data):
     buf[n + 3] = data & 0xFF
 
 
-def hello_into(buf, epoch, capacity, slot_size, frame_size, boots, payload):
-    """The device's HELLO (seq = boot epoch) in buf; payload = (board id, firmware, board kind).
-    Returns the frame size. Boot time: allocates."""
+def hello_into(buf, epoch, capacity, slot_size, frame_size, boots, payload, length=0):
+    """The device's HELLO (seq = boot epoch) in buf; payload = (board id, firmware, board kind),
+    then `length` zero bytes (4 with auth on: the session K, written when it is signed). Returns
+    the frame size. Boot time: allocates."""
     n = 10
     for v in (capacity, slot_size, frame_size, boots & 0xFFFF):
         buf[n] = v >> 8
@@ -52,6 +56,9 @@ def hello_into(buf, epoch, capacity, slot_size, frame_size, boots, payload):
         buf[n] = len(b)
         buf[n + 1 : n + 1 + len(b)] = b
         n += 1 + len(b)
+    for _ in range(length):
+        buf[n] = 0
+        n += 1
     put_header(buf, wire.HELLO, wire.F_LAST, 0, 0, 0, 0, n - 10, epoch >> 16, epoch & 0xFFFF)
     return seal(buf, n - 10)
 
@@ -143,9 +150,18 @@ def alarm_into(buf, status, data):
     return 5
 
 
-def health_into(buf, data):
+def health_into(buf, data, n=1):
     """Health record from the list `data` = [boots, reset cause, uptime s, heap free, heap
-    low-water, ring overruns, frames dropped, bad frames] (ints below 2^30); returns 16."""
+    low-water, ring overruns, frames dropped, bad frames, ...] (ints below 2^30); returns 16.
+    n = 11: the auth record from data[11:14] (forged, replayed, unsigned) instead; returns 6."""
+    if n > 1:
+        pos = 0
+        for n in range(n, n + 3):
+            v = data[n] if data[n] < 0xFFFF else 0xFFFF
+            buf[pos] = v >> 8
+            buf[pos + 1] = v & 0xFF
+            pos += 2
+        return pos
     _u32(buf, 0, data[2])
     v = ((data[0] & 0xFFF) << 4) | (data[1] & 0xF)
     pos = 4

@@ -266,9 +266,11 @@ def decode_sample(data):
 ALARM_BAD_FRAME = 1  # value: bad frames received so far
 ALARM_PERIODIC = 2  # synthetic alarm source; value: alarms raised so far
 HEALTH_SIZE = 16
-# a board with auth on (issue 6) appends its auth rejects, u16 each (saturated): 22 bytes
+# a board with auth on (issue 6) follows each health record with its auth rejects on the health
+# channel: forged u16, replayed u16, unsigned u16 (saturated), a record of its own (6 bytes) so
+# that it fits any ring slot (8 and up) and the 16-byte health record is unchanged
 HEALTH_AUTH_FIELDS = ("auth_forged", "auth_replayed", "auth_unsigned")
-HEALTH_AUTH_SIZE = 22
+HEALTH_AUTH_SIZE = 6
 
 
 def decode_alarm(data):
@@ -278,11 +280,13 @@ def decode_alarm(data):
 
 
 def decode_health(data):
-    """Health record -> dict of HEALTH_FIELDS (layout in device.py: boots mod 4096, u16 saturated),
-    plus HEALTH_AUTH_FIELDS for the 22-byte record of a board with auth on."""
-    _need(len(data) in (HEALTH_SIZE, HEALTH_AUTH_SIZE), "health length")
-    up, bc, free, low, over, dropped, bad = struct.unpack(">IHHHHHH", bytes(data[:HEALTH_SIZE]))
-    d = dict(zip(HEALTH_FIELDS, (bc >> 4, bc & 0xF, up, free, low, over, dropped, bad)))
-    if len(data) == HEALTH_AUTH_SIZE:
-        d.update(zip(HEALTH_AUTH_FIELDS, struct.unpack(">HHH", bytes(data[HEALTH_SIZE:]))))
-    return d
+    """Health record -> dict of HEALTH_FIELDS (layout in device.py: boots mod 4096, u16 saturated)."""
+    _need(len(data) == HEALTH_SIZE, "health length")
+    up, bc, free, low, over, dropped, bad = struct.unpack(">IHHHHHH", bytes(data))
+    return dict(zip(HEALTH_FIELDS, (bc >> 4, bc & 0xF, up, free, low, over, dropped, bad)))
+
+
+def decode_health_auth(data):
+    """The auth record that follows a health record (auth on) -> dict of HEALTH_AUTH_FIELDS."""
+    _need(len(data) == HEALTH_AUTH_SIZE, "health auth length")
+    return dict(zip(HEALTH_AUTH_FIELDS, struct.unpack(">HHH", bytes(data))))
