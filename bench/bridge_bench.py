@@ -1,5 +1,7 @@
 """Bridge benchmark: ingest rate into the durable store vs SQLite's own batched inserts, devices per
-process at 10 Hz, generation-to-commit latency, and the effect of adaptive polling.
+process at 10 Hz, generation-to-commit latency, the effect of adaptive polling, and the cost of
+authentication (issue 6: signed vs unsigned side by side in phases 2 and 3; phase 4 signed unless
+--fleet-no-auth).
 
     .venv/bin/python bench/bridge_bench.py              # full run (about 3 minutes)
     .venv/bin/python bench/bridge_bench.py --quick      # smaller and shorter
@@ -177,29 +179,34 @@ def sqlite_store(tmp: Path, rows: int) -> float:
 # -- 2. the pipeline without network -----------------------------------------------------------
 
 
-def prepare(store: Store, events: int, devices: int) -> tuple[list[DeviceClient], list[list[bytes]]]:
-    """Clients past their handshake, and for each the answers its next polls will get."""
+def prepare(
+    store: Store, events: int, devices: int, signed: bool = False
+) -> tuple[list[DeviceClient], list[list[bytes]]]:
+    """Clients past their handshake, and for each the answers its next polls will get (signed: each
+    device has a key; the answers carry tags the client checks, in order)."""
     per = events // devices
     clients: list[DeviceClient] = []
     work: list[list[bytes]] = []
     t0 = 1_700_000_000_000_000
     poll = PollConfig(batch=255, max_bytes=2047)
     for i in range(devices):
+        k = os.urandom(32) if signed else None
         vr = VirtualRing(
-            i, 1000.0, capacity=min(65535, per + 1), payload_size=PAYLOAD, t0_us=t0, start=1000 * i
+            i, 1000.0, capacity=min(65535, per + 1), payload_size=PAYLOAD, t0_us=t0, start=1000 * i, key=k
         )
         key, st = store.register("p%d" % i, "sim", "-")
-        cl = DeviceClient(key, DeviceConfig("p%d" % i, "udp", timestamp="prefix_us"), poll, st)
+        cl = DeviceClient(key, DeviceConfig("p%d" % i, "udp", timestamp="prefix_us", key=k), poll, st)
         now = vr.gen_us(per - 1)
         for _ in range(2):  # HELLO, then first contact (RECOVERY)
-            out = vr.handle(codec.encode(cl.request(0.0)), now)
+            out = vr.handle(cl.request_bytes(0.0), now)
             assert out is not None
-            cl.on_frame(codec.decode(out), len(out), 0.0, 1)
+            assert cl.receive(out, 0.0, 1)
         # the answers to the polls this client will send: same n and tags as it will use
         n, tag, frames = cl.n, cl.pc.tag, []
         while True:
             tag = (tag + 1) & 0xFF
-            out = vr.handle(codec.encode(messages.poll_frame(n, poll.batch, poll.max_bytes, tag)), now)
+            req = cl.sign(codec.encode(messages.poll_frame(n, poll.batch, poll.max_bytes, tag)))
+            out = vr.handle(req, now)
             assert out is not None
             f = codec.decode(out)
             if f.type != 3:
@@ -214,10 +221,11 @@ def prepare(store: Store, events: int, devices: int) -> tuple[list[DeviceClient]
     return clients, work
 
 
-def pipeline(tmp: Path, events: int, threaded: bool, devices: int = 100) -> float:
-    """Events/s through request -> encode -> decode + CRC -> DeviceClient -> Store.write."""
+def pipeline(tmp: Path, events: int, threaded: bool, devices: int = 100, signed: bool = False) -> float:
+    """Events/s through request -> encode (+ sign) -> decode + CRC (+ tag check) -> DeviceClient ->
+    Store.write."""
     store = Store(fresh(tmp / "pipeline.db"), "bench", checkpoints=True)
-    clients, work = prepare(store, events, devices)
+    clients, work = prepare(store, events, devices, signed)
     writer = concurrent.futures.ThreadPoolExecutor(1) if threaded else None
     pending: concurrent.futures.Future[int] | None = None
     base = sum(c.dc["events_stored"] for c in clients)
@@ -229,9 +237,9 @@ def pipeline(tmp: Path, events: int, threaded: bool, devices: int = 100) -> floa
         rx = time.time_ns() // 1000
         for cl, frames in zip(clients, work, strict=True):
             if r < len(frames):
-                codec.encode(cl.request(0.0))  # what the daemon sends
+                cl.request_bytes(0.0)  # what the daemon sends
                 out = frames[r]
-                cl.on_frame(codec.decode(out), len(out), 0.0, rx)
+                assert cl.receive(out, 0.0, rx)
                 rows += len(out) // (3 + PAYLOAD)
         if rows >= ROW_BATCH or r == rounds - 1:  # a commit every ~10,000 events
             rows = 0
@@ -264,10 +272,12 @@ async def live(
         "bridge": {"id": "bench", "metrics": ""},
         "store": {"path": fresh(tmp / (name + ".db")), "commit_interval": commit},
         "polling": polling,
-        "device": [{"id": d["id"], "udp": d["udp"], "timestamp": "prefix_us"} for d in fleet.devices],
-    }
+            "device": [{"id": d["id"], "udp": d["udp"], "timestamp": "prefix_us",
+                    **({"key": d["key"]} if "key" in d else {"auth": False})} for d in fleet.devices],
+    }  # fmt: skip
     b = Bridge(parse(doc), logs.setup("error"), keep_latencies=True)
     await b.start()
+    signed = all(c.auth is not None for c in b.clients.values())
     await asyncio.sleep(warmup)
 
     def totals() -> tuple[int, int, int, int]:
@@ -290,8 +300,11 @@ async def live(
     lat = list(b.latencies_us[lat0:])
     await b.stop()
     n = max(1, len(b.clients))
+    cs = b.clients.values()
     return {
         "devices": len(b.clients),
+        "signed": signed and bool(cs),
+        "auth_rejects": sum(c.dc["auth_forged"] + c.dc["auth_replayed"] + c.dc["auth_unsigned"] for c in cs),
         "events_per_s": events / dt,
         "polls_per_s": (p1 - p0) / dt,
         "round_trips_per_s": (rt1 - rt0) / dt,
@@ -393,6 +406,7 @@ def main() -> int:
     ap.add_argument("--fleet-devices", type=int, default=1000)
     ap.add_argument("--fleet-rate", type=float, default=5.0, help="events/s per device in the 10 Hz run")
     ap.add_argument("--fleet-commit", type=float, default=0.1, help="commit_interval of the 10 Hz run (s)")
+    ap.add_argument("--fleet-no-auth", action="store_true", help="the 10 Hz fleet with auth = false")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
@@ -425,6 +439,8 @@ def main() -> int:
                 if "pipeline" in only:
                     r["pipeline_events_per_s"] = pipeline(tmp, rows, threaded=False)
                     r["pipeline_threaded_events_per_s"] = pipeline(tmp, rows, threaded=True)
+                    r["pipeline_signed_events_per_s"] = pipeline(tmp, rows, threaded=False, signed=True)
+                    r["pipeline_threaded_signed_events_per_s"] = pipeline(tmp, rows, True, signed=True)
                 runs.append(r)
             res["offline_runs"] = runs
             print("offline, %d events of %d B, 10,000 per transaction (events/s):" % (rows, PAYLOAD))
@@ -447,6 +463,16 @@ def main() -> int:
                 )
                 print("  bridge pipeline, store on its own thread (daemon):  ",
                       show(runs, "pipeline_threaded_events_per_s"))  # fmt: skip
+                print("  the same, signed (auth: every request signed, every answer's tag checked):")
+                print("  bridge pipeline, one thread, signed:                ",
+                      show(runs, "pipeline_signed_events_per_s"))  # fmt: skip
+                print("  bridge pipeline, store on its own thread, signed:   ",
+                      show(runs, "pipeline_threaded_signed_events_per_s"))  # fmt: skip
+                for a, b in (("pipeline_signed_events_per_s", "pipeline_events_per_s"),
+                             ("pipeline_threaded_signed_events_per_s", "pipeline_threaded_events_per_s")):
+                    res[a.replace("events_per_s", "ratio")] = statistics.median([r[a] / r[b] for r in runs])
+                print("  ratio signed / unsigned: one thread %.3f, threaded %.3f"
+                      % (res["pipeline_signed_ratio"], res["pipeline_threaded_signed_ratio"]))  # fmt: skip
             if "sqlite" in only and "pipeline" in only:
                 ratios = [r["pipeline_threaded_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
                 res["pipeline_vs_sqlite"] = statistics.median(ratios)
@@ -457,15 +483,22 @@ def main() -> int:
 
         if "ingest" in only:
             ing = []
-            for _ in range(args.repeat):
-                with Fleet(args.ingest_devices, args.ingest_rate, capacity=16384, payload=PAYLOAD) as fleet:
-                    polling = {"batch": 255, "max_bytes": 2047, "interval": 0.02, "interval_min": 0.002,
-                               "interval_max": 0.1, "timeout": 0.5}  # fmt: skip
-                    ing.append(asyncio.run(live(tmp, "ingest", fleet, polling, 2.0, args.seconds, 0.05)))
-                print(
-                    "  ingest run: %.0f events/s, load %s" % (ing[-1]["events_per_s"], loadavg()), flush=True
-                )
+            ing_signed = []
+            for _ in range(args.repeat):  # unsigned and signed side by side, alternating
+                for signed, out in ((False, ing), (True, ing_signed)):
+                    with Fleet(args.ingest_devices, args.ingest_rate, capacity=16384, payload=PAYLOAD,
+                               auth=signed) as fleet:  # fmt: skip
+                        polling = {"batch": 255, "max_bytes": 2047, "interval": 0.02, "interval_min": 0.002,
+                                   "interval_max": 0.1, "timeout": 0.5}  # fmt: skip
+                        out.append(asyncio.run(live(tmp, "ingest", fleet, polling, 2.0, args.seconds, 0.05)))
+                    print("  ingest run (%s): %.0f events/s, bridge CPU %.0f%%, load %s"
+                          % ("signed" if signed else "unsigned", out[-1]["events_per_s"],
+                             out[-1]["bridge_cpu_percent"], loadavg()), flush=True)  # fmt: skip
             res["ingest"] = ing
+            res["ingest_signed"] = ing_signed
+            res["ingest_signed_ratio"] = statistics.median(
+                [s_["events_per_s"] / u["events_per_s"] for s_, u in zip(ing_signed, ing, strict=True)]
+            )
             offered = args.ingest_devices * args.ingest_rate
             print(
                 "live ingest: %d devices x %.0f ev/s of %d B offered (%.0f/s) -> committed %s events/s"
@@ -478,11 +511,21 @@ def main() -> int:
                    show(ing, "sim_cpu_percent")),
                 flush=True,
             )  # fmt: skip
+            print(
+                "  signed (auth on, every frame): committed %s events/s, p50 %s ms, p99 %s ms, CPU bridge"
+                " %s%%, sim %s%%; auth rejects %d; ratio signed / unsigned %.3f"
+                % (show(ing_signed, "events_per_s"), show(ing_signed, "latency_p50_ms", "%.1f"),
+                   show(ing_signed, "latency_p99_ms", "%.1f"), show(ing_signed, "bridge_cpu_percent"),
+                   show(ing_signed, "sim_cpu_percent"), sum(r["auth_rejects"] for r in ing_signed),
+                   res["ingest_signed_ratio"]),
+                flush=True,
+            )  # fmt: skip
 
         if "fleet" in only:
             fl = []
             for _ in range(args.repeat):
-                with Fleet(args.fleet_devices, args.fleet_rate, capacity=1024, payload=PAYLOAD) as fleet:
+                with Fleet(args.fleet_devices, args.fleet_rate, capacity=1024, payload=PAYLOAD,
+                           auth=not args.fleet_no_auth) as fleet:  # fmt: skip
                     polling = {"adaptive": False, "interval": 0.1, "interval_min": 0.1, "interval_max": 0.1,
                                "batch": 64, "timeout": 0.5}  # fmt: skip
                     fl.append(
@@ -494,9 +537,10 @@ def main() -> int:
                 )
             res["fleet_10hz"] = fl
             print(
-                "10 Hz fleet: %d devices x %.0f ev/s, fixed 100 ms -> %s polls/s per device (%s answers/s)"
-                % (args.fleet_devices, args.fleet_rate, show(fl, "polls_per_device_per_s", "%.2f"),
-                   show(fl, "round_trips_per_s"))
+                "10 Hz fleet (%s): %d devices x %.0f ev/s, fixed 100 ms -> %s polls/s per device"
+                " (%s answers/s)"
+                % ("unsigned" if args.fleet_no_auth else "signed", args.fleet_devices, args.fleet_rate,
+                   show(fl, "polls_per_device_per_s", "%.2f"), show(fl, "round_trips_per_s"))
             )  # fmt: skip
             print(
                 "  timeouts %s, %s events/s; p99 %s ms generation -> commit; CPU: bridge %s%%, simulator %s%%"
