@@ -161,7 +161,7 @@ class Reaper:
         from leadwire.tools.board import start_board
 
         with self.deferred():
-            b = start_board(transport, config=config, board_dir=board_dir)
+            b = start_board(transport, config=config, board_dir=board_dir, key="auto")  # a random key
             self.boards.append(b)
             self._record(name, b.pid)
         return b
@@ -312,6 +312,7 @@ class Device:
     group: SimGroup | None = None
     index: int = 0  # simulator device index
     start: int = 0  # simulator: offset of event 0 (ground truth)
+    key: str | None = field(default=None, repr=False)  # auth key (hex, a secret): bridge.toml only
 
 
 def plan_sims(simulated: int, seconds: float) -> list[SimGroup]:
@@ -360,6 +361,7 @@ def bridge_toml(devices: list[Device]) -> str:
             lines.append('serial = "%s"' % d.address)
         if d.kind == "sim":
             lines.append('timestamp = "prefix_us"')
+        lines.append('key = "%s"' % d.key if d.key else "auth = false")  # issue 6: signed frames
     return "\n".join(lines) + "\n"
 
 
@@ -384,6 +386,7 @@ class Facts:
     truth_ok: bool = True
     before_contact: int | None = None
     health: dict[str, int] | None = None
+    health_auth: dict[str, int] | None = None  # the board's own auth rejects (record after health)
     gaps: int = 0  # offsets missing between the first and the last event stored, per boot
 
 
@@ -614,6 +617,10 @@ def check_boards(
                 ]
                 if health:
                     f.health = messages.decode_health(health[-1])
+                size = messages.HEALTH_AUTH_SIZE
+                ha = [data for _, ch, data in rel if ch == HEALTH_CH and len(data) == size]
+                if ha:
+                    f.health_auth = messages.decode_health_auth(ha[-1])
             want = 2 if d.id == restarted else 1
             if len(epochs) != want:
                 problems.append("%d boots seen, expected %d" % (len(epochs), want))
@@ -645,6 +652,26 @@ def check_netem(facts: dict[str, Facts], snaps: list[tuple[str, str, dict[str, A
     return (
         sent == seen,
         "netem sent %d corrupted UDP answers; the bridge counted %d bad frames on UDP links" % (sent, seen),
+    )
+
+
+def check_auth(devices: list[Device], facts: dict[str, Facts]) -> tuple[bool, str]:
+    """Every device signed; the bridge refused no frame as forged or unsigned (the line only loses,
+    duplicates, delays and corrupts: duplicates and late copies are replays, corruption CRC errors)."""
+    signed = sum(1 for d in devices if d.key)
+    fs = [facts[d.id] for d in devices if d.id in facts]
+    forged = sum(f.counters.get("auth_forged", 0) for f in fs)
+    replayed = sum(f.counters.get("auth_replayed", 0) for f in fs)
+    unsigned = sum(f.counters.get("auth_unsigned", 0) for f in fs)
+    boards = [f.health_auth for f in fs if f.health_auth is not None]
+    bf = sum(h["auth_forged"] for h in boards)
+    br = sum(h["auth_replayed"] for h in boards)
+    bu = sum(h["auth_unsigned"] for h in boards)
+    ok = signed == len(devices) and forged == 0 and unsigned == 0 and bu == 0
+    return ok, (
+        "%d/%d devices signed; bridge refused %d replays (netem's duplicate and late copies), %d forged, %d "
+        "unsigned; boards (last health) refused %d forged (polls of a session before a power cut), %d "
+        "replays, %d unsigned" % (signed, len(devices), replayed, forged, unsigned, bf, br, bu)
     )
 
 
@@ -930,7 +957,7 @@ class Demo:
             except BoardError as e:
                 raise DemoError("%s: %s" % (name, e)) from None
             target = "%s:%d" % b.address if transport == "udp" else b.port
-            self.devices.append(Device(name, "board", transport, target))
+            self.devices.append(Device(name, "board", transport, target, key=b.key))
             self.vboards[name] = b
             self.say(
                 "board %s: micropython pid %d on %s (firmware compiled with mpy-cross, 64 KB heap)"
@@ -972,6 +999,7 @@ class Demo:
                 str(g.limit),
                 "--first-index",
                 str(g.first_index),
+                "--auth",  # a random key per device, handed over on the pipe for bridge.toml
             ]
             p = self.reaper.popen("simdevice-" + g.name, cmd, stdout=subprocess.PIPE, text=True)
             self.sim_procs.append((g, p))
@@ -987,7 +1015,16 @@ class Demo:
                 # the simulator's ground truth: offset of event 0 (its seeded random start)
                 start = VirtualRing(index, g.rate, g.capacity, 16, seed=self.opts.seed).start
                 self.devices.append(
-                    Device(dd["id"], "sim", "udp", dd["udp"], group=g, index=index, start=start)
+                    Device(
+                        dd["id"],
+                        "sim",
+                        "udp",
+                        dd["udp"],
+                        group=g,
+                        index=index,
+                        start=start,
+                        key=dd.get("key"),
+                    )
                 )
             self.say(
                 "simulated %s: %d devices (pid %d), ring %d, %g events/s each, exactly %d events each"
@@ -1034,6 +1071,8 @@ class Demo:
     # -- 4. the bridge
     def run_bridge(self) -> None:
         cfg = self.out / "bridge.toml"
+        cfg.touch(mode=0o600)  # it holds the devices' keys
+        cfg.chmod(0o600)
         cfg.write_text(bridge_toml(self.devices))
         log_path = self.out / "bridge.log"
         with log_path.open("w") as log:
@@ -1265,6 +1304,7 @@ class Demo:
         snaps = self.netem.snapshots()
         ok, msg = check_netem(facts, snaps)
         checks.append(("netem vs bridge", ok, msg))
+        checks.append(("authentication", *check_auth(self.devices, facts)))
         stored_arrivals = sum(f.arrivals for f in facts.values())
         ec = self.outcome.export_counts
         checks.append(

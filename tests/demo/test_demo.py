@@ -31,6 +31,7 @@ CHECKS = (
     "board ground truth",
     "restart detected",
     "netem vs bridge",
+    "authentication",
     "export",
     "spark vs store",
 )
