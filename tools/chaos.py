@@ -184,6 +184,7 @@ class ChaosOptions:
     bridge_down: tuple[float, float] = (0.2, 2.0)  # how long the bridge stays dead (uniform)
     drain_timeout: float = 60.0
     progress_every: float = 10.0
+    frames: int = 4  # answer frames per POLL (burst polls)
     auth: bool = False  # per-device keys (a random key per board); False: `auth = false` everywhere
 
 
@@ -209,7 +210,7 @@ def board_config(spec: BoardSpec) -> dict[str, Any]:
     }
 
 
-def bridge_toml(db: Path, devices: list[tuple[str, str, str, str | None]]) -> str:
+def bridge_toml(db: Path, devices: list[tuple[str, str, str, str | None]], frames: int = 4) -> str:
     """The bridge config: (id, transport, address, key as hex or None for auth off) per device."""
     lines = [
         "# written by tools/chaos.py",
@@ -226,6 +227,7 @@ def bridge_toml(db: Path, devices: list[tuple[str, str, str, str | None]]) -> st
         "timeout = 0.15",
         "backoff_max = 0.5",
         "hello_interval = 5.0",
+        "frames = %d" % frames,  # burst polls: a serial answer frame (256 B) holds ~12 events
     ]
     for dev_id, transport, address, key in devices:
         lines += ["", "[[device]]", 'id = "%s"' % dev_id, '%s = "%s"' % (transport, address)]
@@ -709,7 +711,7 @@ def run(opts: ChaosOptions, say: Say = _stderr) -> ChaosResult:
         )  # fmt: skip
         # 3. the bridge
         cfg = out / "bridge.toml"
-        cfg.write_text(bridge_toml(db, devices))
+        cfg.write_text(bridge_toml(db, devices, opts.frames))
         bridge = _Bridge(cfg, out / "bridge.log")
         stack.callback(bridge.kill)
         bridge.start()
