@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from leadwire import u32
+from leadwire import messages, u32
 from leadwire.bridge import logs
 from leadwire.bridge.daemon import Bridge
 
-from .helpers import bridge_config, query, wait_for
+from .helpers import bridge_config, query, toml_config, wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.micropython]
 
@@ -28,6 +29,7 @@ BOARD_CONFIG = {
 
 def device_entry(b: Any, transport: str) -> dict[str, Any]:
     d: dict[str, Any] = {"id": "vb-" + transport, "subscribe": [8]}
+    d.update({"key": b.key} if b.key else {"auth": False})
     if transport == "udp":
         d["udp"] = "%s:%d" % b.address
     else:
@@ -47,9 +49,20 @@ def check_events(db: Path) -> int:
     return total
 
 
+def board_auth_rejects(db: Path) -> dict[str, int] | None:
+    """The board's own auth counters: the 6-byte record after its last health record (auth on)."""
+    recs = []
+    for (body,) in query(db, "SELECT data FROM reports WHERE channel = 8 ORDER BY arrival"):
+        recs += [d for ch, d in messages.decode_records(body)[1] if len(d) == messages.HEALTH_AUTH_SIZE]
+    return messages.decode_health_auth(recs[-1]) if recs else None
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
 @pytest.mark.parametrize("transport", ["udp", "serial"])
-def test_bridge_polls_a_virtual_board_and_detects_its_restart(tmp_path: Path, transport: str) -> None:
-    with board.start_board(transport, config=BOARD_CONFIG) as b:
+def test_bridge_polls_a_virtual_board_and_detects_its_restart(
+    tmp_path: Path, transport: str, signed: bool
+) -> None:
+    with board.start_board(transport, config=BOARD_CONFIG, key="auto" if signed else None) as b:
 
         async def main() -> None:
             cfg = bridge_config(tmp_path, [device_entry(b, transport)], polling={"timeout": 0.3})
@@ -61,6 +74,9 @@ def test_bridge_polls_a_virtual_board_and_detects_its_restart(tmp_path: Path, tr
             await wait_for(lambda: c.dc["restarts"] == 1, timeout=30)
             await wait_for(lambda: c.recovery is None and c.dc["events_stored"] >= 200, timeout=30)
             await br.stop()
+            if signed:  # the bridge refused nothing: no attack, no forged frame from the restart
+                assert c.auth is not None
+                assert (c.dc["auth_forged"], c.dc["auth_unsigned"]) == (0, 0)
 
         asyncio.run(main())
     db = tmp_path / "store.db"
@@ -76,3 +92,57 @@ def test_bridge_polls_a_virtual_board_and_detects_its_restart(tmp_path: Path, tr
             r[0] for r in query(db, "SELECT number FROM reports WHERE session=? ORDER BY number", session)
         ]
         assert nums == list(range(1, len(nums) + 1))
+    if signed:  # the board's own count (its last health): no replay, nothing unsigned; "forged" only
+        # the old session's polls the new boot refused before the handshake (1 or 2: timing)
+        rej = board_auth_rejects(db)
+        assert rej is not None and rej["auth_replayed"] == rej["auth_unsigned"] == 0
+        assert rej["auth_forged"] <= 3
+
+
+def test_signed_board_and_the_bridge_process_key_never_in_the_output(tmp_path: Path) -> None:
+    """End to end: a MicroPython board with a random key (key="auto"), the bridge as a process;
+    events stored exactly once, no reject on either side, the key nowhere in the log or status."""
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    with board.start_board("udp", config=BOARD_CONFIG, key="auto") as b:
+        assert b.key and len(b.key) == 64
+        cfg = toml_config(tmp_path, [device_entry(b, "udp")], extra='hello_interval = 1.0')
+        db = tmp_path / "store.db"
+        log = tmp_path / "bridge.log"
+        p = subprocess.Popen(
+            [sys.executable, "-m", "leadwire.cli", "bridge", "--config", str(cfg)],
+            stdout=subprocess.DEVNULL, stderr=log.open("wb"), cwd=root,
+        )  # fmt: skip
+        try:
+            end = time.monotonic() + 40
+            while time.monotonic() < end:
+                try:
+                    if query(db, "SELECT COUNT(*) FROM events")[0][0] >= 300:
+                        break
+                except Exception:
+                    pass
+                time.sleep(0.1)
+            time.sleep(1.5)  # past a periodic HELLO: a second handshake, still no reject
+            p.terminate()
+            assert p.wait(timeout=15) == 0
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        status = subprocess.run(
+            [sys.executable, "-m", "leadwire.cli", "status", "--config", str(cfg), "--json"],
+            capture_output=True, text=True, timeout=30, cwd=root,
+        )  # fmt: skip
+        console = b.console()
+    assert check_events(db) >= 300
+    (row,) = [json.loads(x) for x in status.stdout.splitlines()]
+    assert (row["auth_forged"], row["auth_replayed"], row["auth_unsigned"]) == (0, 0, 0)
+    assert row["events"] >= 300 and row["reports"] >= 1
+    rej = board_auth_rejects(db)
+    assert rej == {"auth_forged": 0, "auth_replayed": 0, "auth_unsigned": 0}
+    text = log.read_text() + status.stdout + status.stderr + str(console)
+    for i in range(0, 64 - 15, 4):
+        assert b.key[i : i + 16] not in text
