@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from leadwire import messages, wire
 from leadwire.tools.board import start_board
 from leadwire.tools.flash import flash
 
-from ..hil.client import Client, UdpLink
+from ..hil.client import UdpLink
+from .authclient import AuthClient
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(120)]
@@ -25,7 +26,8 @@ pytestmark = [pytest.mark.micropython, pytest.mark.timeout(120)]
 def test_dry_run_prints_the_plan(kind: str, march: str, tmp_path: Path) -> None:
     cfg = tmp_path / "c.json"
     cfg.write_text('{"id": "x"}')
-    r = CliRunner().invoke(flash, ["--port", "/dev/null", "--board", kind, "--config", str(cfg), "--dry-run"])
+    args = ["--port", "/dev/null", "--board", kind, "--config", str(cfg), "--dry-run", "--no-auth"]
+    r = CliRunner().invoke(flash, args)
     assert r.exit_code == 0, r.output
     assert "-march=%s" % march in r.output
     assert ":leadwire/ring.mpy" in r.output and ":main.py" in r.output and ":config.json" in r.output
@@ -37,8 +39,67 @@ def test_dry_run_prints_the_plan(kind: str, march: str, tmp_path: Path) -> None:
 def test_bad_config_is_refused_before_touching_the_board(tmp_path: Path) -> None:
     cfg = tmp_path / "c.json"
     cfg.write_text("{not json")
-    r = CliRunner().invoke(flash, ["--port", "/dev/null", "--board", "rp2", "--config", str(cfg)])
+    r = CliRunner().invoke(
+        flash, ["--port", "/dev/null", "--board", "rp2", "--config", str(cfg), "--no-auth"]
+    )
     assert r.exit_code != 0 and "config" in r.output
+
+
+KEY = "00112233445566778899aabbccddeeff" * 2
+
+
+@pytest.mark.parametrize(
+    "cfg,args,error",
+    [
+        ({"id": "x"}, [], "authentication: give --key HEX, --new-key or --no-auth"),
+        (None, [], "authentication: give --key HEX, --new-key or --no-auth"),
+        ({"id": "x"}, ["--key", KEY, "--no-auth"], "give one of --key, --new-key, --no-auth"),
+        ({"id": "x"}, ["--new-key", "--no-auth"], "give one of --key, --new-key, --no-auth"),
+        ({"id": "x"}, ["--key", KEY[:-2] + "zz"], "--key: a key is hex digits only"),
+        ({"id": "x"}, ["--key", KEY[:30]], "--key: a key is 32..128 hex digits"),
+        ({"key": KEY[:-2] + "zz"}, [], "config key: a key is hex digits only"),
+    ],
+)
+def test_the_auth_choice_is_required_and_checked(
+    tmp_path: Path, cfg: dict | None, args: list, error: str
+) -> None:
+    extra = []
+    if cfg is not None:
+        (tmp_path / "c.json").write_text(json.dumps(cfg))
+        extra = ["--config", str(tmp_path / "c.json")]
+    r = CliRunner().invoke(flash, ["--port", "/dev/null", "--board", "rp2", "--dry-run", *extra, *args])
+    assert r.exit_code == 1 and error in r.output, r.output
+    assert KEY[:16] not in r.output  # no key (or part of one) in an error
+
+
+@pytest.mark.parametrize(
+    "cfg,args,want",
+    [
+        ({"id": "x"}, ["--key", KEY.upper()], {"id": "x", "key": KEY}),
+        ({"id": "x", "auth": False}, ["--key", KEY], {"id": "x", "key": KEY}),
+        ({"id": "x", "key": KEY}, ["--no-auth"], {"id": "x", "auth": False}),
+        ({"id": "x", "key": KEY}, [], {"id": "x", "key": KEY}),
+        ({"id": "x", "auth": False}, [], {"id": "x", "auth": False}),
+    ],
+)
+def test_the_auth_choice_goes_into_the_config(cfg: dict, args: list, want: dict) -> None:
+    from leadwire.tools.flash import auth_config
+
+    key = args[1] if args[:1] == ["--key"] else None
+    assert auth_config(cfg, key, False, "--no-auth" in args) == (want, None)
+
+
+def test_dry_run_never_shows_the_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"id": "x"}))
+    for args in (["--key", KEY], ["--new-key"]):
+        r = CliRunner().invoke(
+            flash, ["--port", "/dev/null", "--board", "rp2", "--config", str(cfg), "--dry-run", *args]
+        )
+        assert r.exit_code == 0, r.output
+        assert KEY not in r.output and 'key = "' not in r.output
+        assert ":config.json (%s)" % ("new key" if args == ["--new-key"] else "key set") in r.output
+    assert json.loads(cfg.read_text()) == {"id": "x"}  # the operator's file is left as it was
 
 
 def test_flash_then_boot_from_the_flashed_files(tmp_path: Path) -> None:
@@ -59,6 +120,7 @@ def test_flash_then_boot_from_the_flashed_files(tmp_path: Path) -> None:
                 "unix",
                 "--config",
                 str(cfg),
+                "--new-key",
             ],
             capture_output=True,
             text=True,
@@ -66,24 +128,35 @@ def test_flash_then_boot_from_the_flashed_files(tmp_path: Path) -> None:
         )
         assert r.returncode == 0, r.stdout + r.stderr
         assert "cp " in r.stdout and "flashed" in r.stdout  # progress shown
+        # the new key: printed once, as the bridge config line, and nowhere else
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith('key = "')]
+        assert len(lines) == 1
+        key = lines[0].split('"')[1]
+        assert len(key) == 64 and r.stdout.count(key) == 1 and key not in r.stderr
         repl.proc.wait(10)  # the "reset": the interpreter exited  # type: ignore[union-attr]
     finally:
         repl.close()
     for f in ("main.py", "lwagent.mpy", "lwboot.mpy", "boards/unix.mpy", "leadwire/ring.mpy", "config.json"):
         assert (d / f).exists(), f
-    assert json.loads((d / "config.json").read_text())["id"] == "flashed-1"
-    # power on from the flashed files (no build): its HELLO carries the flashed config
+    flashed = json.loads((d / "config.json").read_text())
+    assert (flashed["id"], flashed["key"]) == ("flashed-1", key) and "auth" not in flashed
+    assert json.loads(cfg.read_text()) == {"id": "flashed-1", "sensors": [{"ch": 5, "hz": 20, "size": 8}]}
+    # power on from the flashed files (no build): its HELLO carries the flashed config, signed
     with start_board("udp", board_dir=d, build_firmware=False) as b:
-        assert b.address is not None
-        c = Client(UdpLink(b.address))
-        h = c.hello()
-        assert (h.board_id, h.board, h.boots) == ("flashed-1", "unix", 1)
-        f = c.poll(0)
-        if f.type == wire.RECOVERY:
-            n0, _ = messages.decode_recovery(f)
-            ev = c.poll((n0 - 1) & 0xFFFFFFFF)
-            assert messages.decode_records(ev.payload)[1][0][0] == 5  # the flashed sensor channel
-        c.close()
+        assert b.address is not None and b.key == key
+        c = AuthClient(UdpLink(b.address), key)
+        try:
+            h = c.handshake()
+            assert (h.board_id, h.board, h.boots, h.session) == ("flashed-1", "unix", 1, 1)
+            recs = []
+            for _ in range(20):
+                recs = c.records(5)
+                if recs:
+                    break
+                time.sleep(0.1)
+            assert recs  # the flashed sensor channel
+        finally:
+            c.close()
 
 
 def test_mip_install_of_the_core_from_package_json(tmp_path: Path) -> None:
