@@ -221,7 +221,9 @@ def prepare(
     return clients, work
 
 
-def pipeline(tmp: Path, events: int, threaded: bool, devices: int = 100, signed: bool = False) -> float:
+def pipeline(
+    tmp: Path, events: int, threaded: bool, devices: int = 100, signed: bool = False, stats: Any = None
+) -> float:
     """Events/s through request -> encode (+ sign) -> decode + CRC (+ tag check) -> DeviceClient ->
     Store.write."""
     store = Store(fresh(tmp / "pipeline.db"), "bench", checkpoints=True)
@@ -232,6 +234,7 @@ def pipeline(tmp: Path, events: int, threaded: bool, devices: int = 100, signed:
     total = 0
     rows = 0
     t0 = time.perf_counter()
+    c0 = time.process_time()
     rounds = max(len(w) for w in work)
     for r in range(rounds):
         rx = time.time_ns() // 1000
@@ -255,6 +258,8 @@ def pipeline(tmp: Path, events: int, threaded: bool, devices: int = 100, signed:
     if pending is not None:
         pending.result()
     dt = time.perf_counter() - t0
+    if stats is not None:  # CPU time of the process (all threads): less at the mercy of the load
+        stats["cpu_us_per_event"] = (time.process_time() - c0) / max(1, total) * 1e6
     if writer is not None:
         writer.shutdown()
     store.close()
@@ -314,8 +319,48 @@ async def live(
         "latency_p50_ms": pct(lat, 0.50),
         "latency_p99_ms": pct(lat, 0.99),
         "bridge_cpu_percent": 100.0 * cpu / dt,
+        "bridge_cpu_us_per_event": cpu / max(1, events) * 1e6,
         "sim_cpu_percent": 100.0 * sim / dt,
     }
+
+
+def auth_cost(blocks: int = 40, per: int = 200) -> dict[str, float]:
+    """The bridge's per-answer authentication work alone, in CPU time, interleaved with the unsigned
+    work it adds to (decode + CRC of a full 2,047-byte answer of 30 events, encode of the POLL):
+    blocks of `per` answers, alternating, medians. Signed adds: signing the POLL (HMAC, CRC again)
+    and checking the answer's tag (HMAC over 2 KB)."""
+    from leadwire import auth
+
+    key = os.urandom(32)
+    dev = auth.Endpoint(key, auth.TO_HOST)
+    host = auth.Endpoint(key, auth.TO_DEVICE)
+    dev.live = host.live = 1  # a session (zero contexts): the costs do not depend on its values
+    body = messages.encode_records([(1, bytes(PAYLOAD))] * PER_ANSWER)
+    plain = codec.encode(codec.Frame(3, 1, body))
+    answers = []
+    for _ in range(per):
+        b = bytearray(plain) + bytes(auth.AUTH_SIZE)
+        answers.append(bytes(b[: dev.sign_into(b, len(plain))]))
+    poll = messages.poll_frame(1, 255, 2047, 1)
+    un: list[float] = []
+    sg: list[float] = []
+    for _ in range(blocks):
+        c0 = time.process_time()
+        for _a in answers:
+            codec.encode(poll)
+            codec.decode(plain)
+        un.append((time.process_time() - c0) / per)
+        c0 = time.process_time()
+        for a in answers:
+            b = bytearray(codec.encode(poll)) + bytes(auth.AUTH_SIZE)
+            host.sign_into(b, len(b) - auth.AUTH_SIZE)
+            codec.decode(a)
+            host.verify(a, len(a))
+        sg.append((time.process_time() - c0) / per)
+    u = statistics.median(un) * 1e6
+    g = statistics.median(sg) * 1e6
+    return {"unsigned_us_per_answer": u, "signed_us_per_answer": g, "auth_us_per_answer": g - u,
+            "auth_us_per_event": (g - u) / PER_ANSWER}  # fmt: skip
 
 
 def loadavg() -> str:
@@ -400,7 +445,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="run every measured phase this many times: medians")
-    ap.add_argument("--only", default="sqlite,pipeline,ingest,fleet,adaptive", help="phases to run")
+    ap.add_argument("--only", default="sqlite,pipeline,ingest,fleet,authcost,adaptive", help="phases to run")
     ap.add_argument("--ingest-devices", type=int, default=100)
     ap.add_argument("--ingest-rate", type=float, default=1500.0, help="events/s per device in the ingest run")
     ap.add_argument("--fleet-devices", type=int, default=1000)
@@ -437,10 +482,14 @@ def main() -> int:
                     r["sqlite_schema1_events_per_s"] = sqlite_schema1(tmp, rows)
                     r["store_events_per_s"] = sqlite_store(tmp, rows)
                 if "pipeline" in only:
-                    r["pipeline_events_per_s"] = pipeline(tmp, rows, threaded=False)
+                    su: dict[str, float] = {}
+                    ss: dict[str, float] = {}
+                    r["pipeline_events_per_s"] = pipeline(tmp, rows, threaded=False, stats=su)
                     r["pipeline_threaded_events_per_s"] = pipeline(tmp, rows, threaded=True)
-                    r["pipeline_signed_events_per_s"] = pipeline(tmp, rows, threaded=False, signed=True)
+                    r["pipeline_signed_events_per_s"] = pipeline(tmp, rows, False, signed=True, stats=ss)
                     r["pipeline_threaded_signed_events_per_s"] = pipeline(tmp, rows, True, signed=True)
+                    r["pipeline_cpu_us_per_event"] = su["cpu_us_per_event"]
+                    r["pipeline_signed_cpu_us_per_event"] = ss["cpu_us_per_event"]
                 runs.append(r)
             res["offline_runs"] = runs
             print("offline, %d events of %d B, 10,000 per transaction (events/s):" % (rows, PAYLOAD))
@@ -471,8 +520,15 @@ def main() -> int:
                 for a, b in (("pipeline_signed_events_per_s", "pipeline_events_per_s"),
                              ("pipeline_threaded_signed_events_per_s", "pipeline_threaded_events_per_s")):
                     res[a.replace("events_per_s", "ratio")] = statistics.median([r[a] / r[b] for r in runs])
-                print("  ratio signed / unsigned: one thread %.3f, threaded %.3f"
+                print("  ratio signed / unsigned (events/s): one thread %.3f, threaded %.3f"
                       % (res["pipeline_signed_ratio"], res["pipeline_threaded_signed_ratio"]))  # fmt: skip
+                res["pipeline_signed_cpu_ratio"] = statistics.median(
+                    [r["pipeline_signed_cpu_us_per_event"] / r["pipeline_cpu_us_per_event"] for r in runs]
+                )
+                print("  CPU us per event, one thread: unsigned %s, signed %s; ratio signed / unsigned %.3f"
+                      % (show(runs, "pipeline_cpu_us_per_event", "%.1f"),
+                         show(runs, "pipeline_signed_cpu_us_per_event", "%.1f"),
+                         res["pipeline_signed_cpu_ratio"]))  # fmt: skip
             if "sqlite" in only and "pipeline" in only:
                 ratios = [r["pipeline_threaded_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
                 res["pipeline_vs_sqlite"] = statistics.median(ratios)
@@ -499,6 +555,10 @@ def main() -> int:
             res["ingest_signed_ratio"] = statistics.median(
                 [s_["events_per_s"] / u["events_per_s"] for s_, u in zip(ing_signed, ing, strict=True)]
             )
+            res["ingest_signed_cpu_ratio"] = statistics.median(
+                [s_["bridge_cpu_us_per_event"] / u["bridge_cpu_us_per_event"]
+                 for s_, u in zip(ing_signed, ing, strict=True)]
+            )  # fmt: skip
             offered = args.ingest_devices * args.ingest_rate
             print(
                 "live ingest: %d devices x %.0f ev/s of %d B offered (%.0f/s) -> committed %s events/s"
@@ -513,11 +573,13 @@ def main() -> int:
             )  # fmt: skip
             print(
                 "  signed (auth on, every frame): committed %s events/s, p50 %s ms, p99 %s ms, CPU bridge"
-                " %s%%, sim %s%%; auth rejects %d; ratio signed / unsigned %.3f"
+                " %s%%, sim %s%%; auth rejects %d; ratio signed / unsigned %.3f (events/s)\n"
+                "  bridge CPU us per committed event: unsigned %s, signed %s; ratio signed / unsigned %.3f"
                 % (show(ing_signed, "events_per_s"), show(ing_signed, "latency_p50_ms", "%.1f"),
                    show(ing_signed, "latency_p99_ms", "%.1f"), show(ing_signed, "bridge_cpu_percent"),
                    show(ing_signed, "sim_cpu_percent"), sum(r["auth_rejects"] for r in ing_signed),
-                   res["ingest_signed_ratio"]),
+                   res["ingest_signed_ratio"], show(ing, "bridge_cpu_us_per_event", "%.1f"),
+                   show(ing_signed, "bridge_cpu_us_per_event", "%.1f"), res["ingest_signed_cpu_ratio"]),
                 flush=True,
             )  # fmt: skip
 
@@ -548,6 +610,16 @@ def main() -> int:
                    show(fl, "bridge_cpu_percent"), show(fl, "sim_cpu_percent")),
                 flush=True,
             )  # fmt: skip
+
+    if "authcost" in only:
+        ac = res["auth_cost"] = auth_cost()
+        print(
+            "auth cost per answer (CPU, interleaved blocks, medians): decode + encode POLL %.1f us, the same"
+            " signed and checked %.1f us: +%.1f us per answer of %d events = +%.2f us per event"
+            % (ac["unsigned_us_per_answer"], ac["signed_us_per_answer"], ac["auth_us_per_answer"],
+               PER_ANSWER, ac["auth_us_per_event"]),
+            flush=True,
+        )  # fmt: skip
 
     if "adaptive" in only:
         res["adaptive"] = adaptive_demo()
