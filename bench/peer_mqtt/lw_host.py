@@ -43,7 +43,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "backoff_max": max(args.timeout, 0.05),
             "frames": args.frames,
         },
-        "device": [{"id": "board-1", "udp": args.board}],
+        "device": [{"id": "board-1", "udp": args.board, "auth": False}],  # the board: start_board(key=None)
     }
     b = Bridge(parse(doc), logs.setup("error"))
     commits: list[tuple[float, int]] = []
