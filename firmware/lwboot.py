@@ -173,13 +173,15 @@ def _attempt(board, st, tier):
     # the garbage between two collections (gc.threshold 4 KB), the push-session modules (~4.7 KB)
     # and 3 report bodies, plus slack: 10.3 KB + 3 bodies. From here to ready the rest of the boot
     # and the agent cost the frame and serial buffers and the sensors, less ~3.2 KB (lwboot is
-    # unloaded). Measured on the unix port (64-bit): pessimistic for 32-bit boards.
+    # unloaded). With a key, auth.py, its key and an endpoint per link: ~10 KB for one link, ~11 KB
+    # for two (free heap at ready, auth on vs off). Measured on the unix port (64-bit): pessimistic
+    # for 32-bit boards.
     epoch = random_u32()
     if st[0]:
         st[0].pop()  # main.py's block: the ring goes where it was, in one piece
     gc.collect()
     free = gc.mem_free()
-    need = 7100 + 3 * k[10] + max([x[3] for x in lk] + [0]) + (7100 + 800 * len(lk) if ak else 0)
+    need = 7100 + 3 * k[10] + max([x[3] for x in lk] + [0]) + (9100 + 900 * len(lk) if ak else 0)
     for x in lk:
         need += 2 * x[3] + 400 if x[0] == kser else 0
     for x in sk:
