@@ -36,6 +36,7 @@ def main() -> int:
     ap.add_argument("--hz", type=int, default=600, help="sensor rate of a UDP board")
     ap.add_argument("--serial-hz", type=int, default=200, help="sensor rate of a serial board")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-auth", action="store_true", help="auth = false (default: a key per board)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "chaos"))
     a = ap.parse_args()
     events = a.events or (100_000 if a.quick else 1_000_000)
@@ -54,11 +55,12 @@ def main() -> int:
         bridge_kills=max(2, round(duration / 40)),
         seed=a.seed,
         progress_every=30.0,
+        auth=not a.no_auth,
     )
     print(
-        "chaos_bench: %d events from %d boards (%s); %d power cuts, %d bridge kills; seed %d"
+        "chaos_bench: %d events from %d boards (%s); %d power cuts, %d bridge kills; auth %s; seed %d"
         % (events, a.boards, ", ".join("%s %d Hz ring %d" % (b.transport, b.hz, b.ring) for b in boards),
-           opts.board_kills, opts.bridge_kills, a.seed),
+           opts.board_kills, opts.bridge_kills, "on" if opts.auth else "off", a.seed),
         flush=True,
     )  # fmt: skip
     t0 = time.monotonic()
@@ -68,10 +70,11 @@ def main() -> int:
     t = res.total
     g = max(t.generated, 1)
     cuts = max(t.restarts_made, 1)
-    udp_corrupt = sum(
-        s["down"]["corrupted_out"] for n, s in res.netem.items() if "corrupted_out" in s["down"]
-    )
-    udp_bad = sum(x.bad_frames for x in res.tallies if x.transport == "udp")
+    udp = [s["down"] for s in res.netem.values() if "corrupted_out" in s["down"]]
+    udp_corrupt = sum(d["corrupted_out"] for d in udp)
+    udp_dup = sum(d["duplicated"] for d in udp)
+    udp_crc = sum(x.crc_errors for x in res.tallies if x.transport == "udp")
+    udp_auth = sum(x.auth_rejects for x in res.tallies if x.transport == "udp")
     print()
     print("ratios (of %d generated):" % t.generated)
     for k in ("stored", "lost", "before_contact", "died_with_boot", "silent"):
@@ -80,8 +83,9 @@ def main() -> int:
         "  died with boot per power cut: %.1f events (%d cuts)" % (t.died_with_boot / cuts, t.restarts_made)
     )
     print(
-        "  UDP: corrupted answers netem sent %d, bad frames the bridge counted %d (ratio %.2f; counters "
-        "committed before a SIGKILL only)" % (udp_corrupt, udp_bad, udp_bad / max(udp_corrupt, 1))
+        "  UDP answers: netem corrupted %d, the bridge counted %d CRC rejects (ratio %.2f); netem duplicated "
+        "%d, the bridge rejected %d as replays/forgeries (auth); counters as committed before each SIGKILL"
+        % (udp_corrupt, udp_crc, udp_crc / max(udp_corrupt, 1), udp_dup, udp_auth)
     )
     print(
         "  rate: %.0f events/s generated over %.1fs of generation; wall %.1fs"

@@ -185,7 +185,7 @@ class ChaosOptions:
     drain_timeout: float = 60.0
     progress_every: float = 10.0
     frames: int = 4  # answer frames per POLL (burst polls)
-    auth: bool = False  # per-device keys (a random key per board); False: `auth = false` everywhere
+    auth: bool = True  # a random key per board, every frame signed; False: `auth = false` everywhere
 
 
 def default_boards(n: int, hz: int = 100) -> list[BoardSpec]:
@@ -323,6 +323,8 @@ class Tally:
     overruns: int = 0  # overrun loss rows
     dup_arrivals: int = 0  # duplicated / late arrivals the bridge recognised (logged, not stored)
     bad_frames: int = 0  # the bridge's crc_errors + bad_frames + auth_* (committed counters)
+    crc_errors: int = 0  # of which CRC rejects
+    auth_rejects: int = 0  # of which authentication rejects (forged, replayed, unsigned)
     problems: list[str] = field(default_factory=list)
     per_boot: list[dict[str, Any]] = field(default_factory=list)  # the classes of each boot
 
@@ -372,9 +374,9 @@ def check_board(
     dev, t.transport, counters = row
     dc = json.loads(counters or "{}").get("device", {})
     t.bridge_restarts = int(dc.get("restarts", 0))
-    t.bad_frames = sum(
-        int(v) for k, v in dc.items() if k in ("crc_errors", "bad_frames") or k.startswith("auth_")
-    )
+    t.crc_errors = int(dc.get("crc_errors", 0))
+    t.auth_rejects = sum(int(v) for k, v in dc.items() if k.startswith("auth_"))
+    t.bad_frames = t.crc_errors + int(dc.get("bad_frames", 0)) + t.auth_rejects
     t.dup_arrivals = conn.execute(
         "SELECT COUNT(*) FROM arrivals WHERE dev=? AND kind=0 AND duplicate=1", (dev,)
     ).fetchone()[0]
@@ -541,6 +543,7 @@ COLUMNS = (
     ("lost(counted)", "lost"), ("before-contact", "before_contact"), ("died-with-boot", "died_with_boot"),
     ("SILENT", "silent"), ("dup", "duplicates"), ("corrupt", "corrupted"), ("phantom", "phantom"),
     ("overruns", "overruns"), ("dup-arrivals", "dup_arrivals"), ("bad-frames", "bad_frames"),
+    ("crc", "crc_errors"), ("auth", "auth_rejects"),
 )  # fmt: skip
 
 
@@ -880,13 +883,17 @@ def report(res: ChaosResult) -> str:
 @click.option("--reorder", type=float, default=0.05, show_default=True)
 @click.option("--corrupt", type=float, default=0.01, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--auth/--no-auth", default=True, show_default=True, help="Per-device keys, every frame signed."
+)
 def chaos(out: str, boards: int, hz: int, seconds: float, events: int, board_kills: int, bridge_kills: int,
-          loss: float, dup: float, reorder: float, corrupt: float, seed: int) -> None:  # fmt: skip
+          loss: float, dup: float, reorder: float, corrupt: float, seed: int,
+          auth: bool) -> None:  # fmt: skip
     """Chaos run: virtual boards through netem, boards and the bridge killed at random; every event
     accounted for against the boards' own records. Exit status 1 if anything is unaccounted."""
     opts = ChaosOptions(
         Path(out), default_boards(boards, hz), seconds, events, board_kills, bridge_kills, loss, dup, reorder,
-        corrupt, seed,
+        corrupt, seed, auth=auth,
     )  # fmt: skip
     res = run(opts)
     (Path(out) / "result.json").write_text(json.dumps(res.as_dict(), indent=1))
