@@ -80,7 +80,7 @@ if __name__ == "__main__":  # the figures, printed
 
     with tempfile.TemporaryDirectory() as d:
         for i in range(3):
-            print("run %d:" % (i + 1), run_costs(Path(d) / ("c%d" % i), 1000)[1])
+            print("run %d:" % (i + 1), run_costs(Path(d) / ("c%d" % i), 200)[1])
         for t in ("udp", "both"):
             off = ready_heap(t, None, Path(d) / (t + "off"))
             on = ready_heap(t, "auto", Path(d) / (t + "on"))
