@@ -289,3 +289,31 @@ def test_counters_stored_with_the_client_state() -> None:
     st = ClientState(counters=json.loads(cl.counters_json()))  # as the store keeps them
     again = DeviceClient(1, DeviceConfig("dev", "udp", key=KEY), PollConfig(), state=st)
     assert rejects(again) == (1, 1, 0)
+
+
+def test_a_duplicated_hello_request_costs_one_round_not_three() -> None:
+    """The line duplicates our HELLO request: the device starts two sessions under one nonce and
+    answers both; we take the first, it is in the second (our polls are stale there). The second
+    answer is refused as a replay and makes us hand-shake again at once: one lost round."""
+    cl, core, d = make_client(key=KEY, capacity=64, start=20)
+    req = cl.request_bytes(d.t)  # HELLO
+    (a1,) = core.handle(req, d.t)
+    (a2,) = core.handle(req, d.t)  # the duplicate: session 2 under the same nonce
+    assert d.feed(a1) is True and cl.pc.hello is not None and cl.pc.hello.session == 1
+    assert d.feed(a2) is False and rejects(cl) == (0, 1, 0) and cl.pc.hello_due
+    assert core.auth is not None and core.auth.k_lo == 2
+    d.exchange()  # the handshake again (session 3)
+    assert d.requests[-1].type == wire.HELLO and core.auth.k_lo == 3
+    core.write_events(3)
+    d.drain()
+    assert len(cl.out_events) == 3 and cl.dc["timeouts"] == 0
+    assert rejects(cl) == (0, 1, 0) and device_rejects(core) == (0, 0, 0)
+
+
+def test_late_copies_of_older_hello_answers_start_no_handshake() -> None:
+    cl, core, d = make_client(key=KEY, capacity=64, start=20)
+    d.exchange()  # session 1
+    h1 = core.hello(0)  # a copy of session 1's answer (counter 0)
+    cl.pc.ask_hello()
+    d.exchange()  # session 2
+    assert d.feed(h1) is False and rejects(cl) == (0, 1, 0) and not cl.pc.hello_due
