@@ -25,7 +25,7 @@ from leadwire import client, codec, messages, wire
 
 from .mutate import Mutator, corpus
 
-RX = 128  # the agent's receive buffer (lwagent._RX): UDP datagrams are truncated to it
+RX = 136  # the agent's receive buffer (lwagent._RX): UDP datagrams are truncated to it
 HEALTH_CH = 8
 ALARM_CH = 9
 MAX_DATAGRAM = 1500
@@ -38,6 +38,8 @@ def verdict(data: bytes, udp: bool = True) -> str:
     n = len(data)
     if wire.check(data, n):
         return "bad"
+    if data[1] & 0x20:
+        return "bad"  # signed (F_AUTH) to a board with auth off
     t = data[0] & 0x1F
     if t == wire.POLL and n == 16:
         return "poll"
@@ -50,6 +52,34 @@ def verdict(data: bytes, udp: bool = True) -> str:
     if t == wire.SUBSCRIBE and n >= 13 and data[10] == n - 13:
         return "subscribe"
     return "bad"
+
+
+def auth_verdict(data: bytes, accepted: set[bytes]) -> str:
+    """What an agent with auth on does with one received datagram: 'bad' (a bad-frame count),
+    'unsigned', 'replayed' (a signed frame it took before, in `accepted`), 'forged' (any other
+    signed frame: the host made none but those), or 'hello' (a signed HELLO request: it may be a
+    right one, which starts a new session; not sent)."""
+    data = data[:RX]
+    if wire.check(data, len(data)):
+        return "bad"
+    if not data[1] & 0x20:
+        return "unsigned"
+    if data[0] & 0x1F == wire.HELLO and len(data) == wire.OVERHEAD + 8:
+        return "hello"
+    return "replayed" if data in accepted else "forged"
+
+
+def reseal_signed(b: bytearray) -> bytearray:
+    """A signed frame's length field and CRC made right again (its tag is left as it is)."""
+    if len(b) < wire.OVERHEAD + 8:
+        return b
+    n = min(len(b) - wire.OVERHEAD - 8, wire.MAX_PAYLOAD)
+    del b[wire.OVERHEAD + 8 + n :]
+    b[1] |= 0x20
+    b[4] = (b[4] & 0xF8) | (n >> 8)
+    b[5] = n & 0xFF
+    wire.seal(b, n + 8)
+    return b
 
 
 @dataclass

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import random
+import time
+from collections import Counter
+
 import pytest
 
+from leadwire import codec, messages, wire
 from leadwire.tools.board import start_board
 
-from .boardfuzz import BoardFuzzer, board_config, verdict
+from ..firmware.authclient import POLL_ANSWERS, AuthClient
+from ..hil.client import UdpLink
+from .boardfuzz import MAX_DATAGRAM, BoardFuzzer, auth_verdict, board_config, reseal_signed, verdict
 
 pytestmark = pytest.mark.micropython
 
 
 def test_the_model_of_the_agent_receive_path() -> None:
-    from leadwire import codec, messages
+    from leadwire import messages
 
     assert verdict(codec.encode(messages.poll_frame(1, 2, 3))) == "poll"
     assert verdict(codec.encode(messages.hello_request())) == "hello"
@@ -22,6 +29,12 @@ def test_the_model_of_the_agent_receive_path() -> None:
     assert verdict(b"") == verdict(b"\x00") == "bad"
     big = codec.encode(codec.Frame(2, 0, bytes(200)))  # a valid frame, but longer than the buffer
     assert verdict(big) == "bad" and verdict(big, udp=False) == "bad"
+    signed = bytearray(codec.encode(messages.poll_frame(1, 2, 3))) + bytearray(8)
+    assert verdict(bytes(reseal_signed(signed))) == "bad"  # signed, auth off
+    assert auth_verdict(bytes(signed), set()) == "forged"
+    assert auth_verdict(bytes(signed), {bytes(signed)}) == "replayed"
+    assert auth_verdict(codec.encode(messages.poll_frame(1, 2, 3)), set()) == "unsigned"
+    assert auth_verdict(b"\x00", set()) == "bad"
 
 
 @pytest.mark.timeout(90)
@@ -47,3 +60,88 @@ def test_the_board_answers_every_poll_and_counts_every_bad_frame() -> None:
     assert r.health_bad and r.alarm_bad
     assert "agent:" not in console  # no exception caught in the agent's loop
     assert {"mutated", "random", "valid_other", "oversize", "tiny"} <= set(r.sent)
+
+
+@pytest.mark.timeout(120)
+def test_with_auth_on_every_random_frame_is_refused_and_counted() -> None:
+    """Auth on: random, mutated, well-formed unsigned, mutated signed and replayed signed frames;
+    signed POLLs interleaved are all answered, and every input is counted exactly once: as a bad
+    frame (health) or as forged / replayed / unsigned (the auth record)."""
+    n_inputs = 1500
+    with start_board("udp", key="auto", config=board_config(health_ms=100, alarm_gap_ms=50)) as b:
+        assert b.address is not None and b.key is not None
+        c = AuthClient(UdpLink(b.address), b.key)
+        gen = BoardFuzzer(b.address, seed=5)  # its inputs only (bad_input)
+        rng = random.Random(5)
+        accepted: list[bytes] = []  # the signed POLLs the board took
+        want: Counter[str] = Counter()
+        polls = answered = 0
+        try:
+            c.handshake()
+            at: list[int | None] = [None]
+
+            def poll() -> bool:
+                # a signed POLL, awaited: the inputs before it were all read
+                f = messages.poll_frame(at[0] or 0, 64, 1000, tag=c.next_tag())
+                p = c.sign(f)
+                c.send(p)
+                got = c.recv(2.0, POLL_ANSWERS)
+                while got is not None and got.message_id != f.message_id:
+                    got = c.recv(2.0, POLL_ANSWERS)
+                if got is None:
+                    return False
+                accepted.append(p)
+                if got.type == wire.RECOVERY:
+                    at[0] = (messages.decode_recovery(got)[0] - 1) & 0xFFFFFFFF
+                elif got.type == wire.EVENTS:
+                    at[0] = (got.seq + len(messages.decode_records(got.payload)[1]) - 1) & 0xFFFFFFFF
+                return True
+
+            for i in range(n_inputs):
+                if i % 16 == 0:
+                    polls += 1
+                    answered += poll()
+                while True:
+                    r = rng.random()
+                    if r < 0.1 and accepted:
+                        data = rng.choice(accepted)  # replayed, as it was
+                    elif r < 0.25 and accepted:
+                        m = bytearray(rng.choice(accepted))  # a signed frame changed, CRC made right
+                        for _ in range(1 + (rng.random() < 0.3)):
+                            m = rng.choice(gen.m.ops)(m)
+                        data = bytes(reseal_signed(m) if rng.random() < 0.7 else m)
+                    else:
+                        data = gen.bad_input()[1]
+                    data = data[:MAX_DATAGRAM]
+                    v = auth_verdict(data, set(accepted))
+                    if v != "hello":
+                        break
+                c.send(data)
+                want[v] += 1
+            polls += 1
+            answered += poll()
+            assert c.rejected == []  # every frame the board sent verified
+            assert answered == polls, (answered, polls)
+            # every input counted: a health record and its auth record made after the last one
+            exp = {
+                "auth_forged": want["forged"],
+                "auth_replayed": want["replayed"],
+                "auth_unsigned": want["unsigned"],
+            }
+            end = time.monotonic() + 15
+            seen = None
+            while time.monotonic() < end:
+                time.sleep(0.3)
+                recs = [d for _, d in c.records(8)]
+                auth_recs = [messages.decode_health_auth(d) for d in recs if len(d) == 6]
+                health = [messages.decode_health(d) for d in recs if len(d) == 16]
+                if auth_recs and health:
+                    seen = (health[-1]["bad_frames"], auth_recs[-1])
+                    if seen == (want["bad"], exp):
+                        break
+            assert seen == (want["bad"], exp), (seen, want)
+            assert sum(want.values()) == n_inputs and min(want.values()) > 20, want
+        finally:
+            gen.close()
+            c.close()
+        assert b.alive() and "agent:" not in b.console()
