@@ -27,6 +27,45 @@ from leadwire.tools.chaos import ChaosOptions, default_boards, report, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# the device-side record's cost on the board's interpreter: EventRing.write with and without the
+# unix board's trace wrapper, side by side in one MicroPython process (64 KB heap), 16-byte events
+RECORD_COST = """
+import time
+from leadwire.ring import EventRing as Plain
+from boards import unix
+from leadwire import ring
+Traced = ring.EventRing
+p = bytearray(16)
+def run(cls, n):
+    r = cls(512, None, 16, 1)
+    t = time.ticks_us()
+    for i in range(n):
+        r.write(p, 1, 16)
+    return time.ticks_diff(time.ticks_us(), t) / n
+for k in range(5):
+    a = run(Plain, 20000)
+    b = run(Traced, 20000)
+    print(a, b)
+"""
+
+
+def record_cost() -> tuple[float, float]:
+    """Median us per ring write without and with the record (5 pairs of 20,000 writes)."""
+    import os
+    import statistics
+    import subprocess
+    import tempfile
+
+    from leadwire.tools.firmware_build import tool
+
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "trace").touch()
+        env = dict(os.environ, MICROPYPATH="%s:%s" % (ROOT / "shared", ROOT / "firmware"))
+        out = subprocess.run([tool("micropython"), "-X", "heapsize=64K", "-c", RECORD_COST], cwd=d, env=env,
+                             capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
+    pairs = [tuple(map(float, line.split())) for line in out.split("\n") if line.strip()]
+    return statistics.median(x[0] for x in pairs), statistics.median(x[1] for x in pairs)
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -61,6 +100,13 @@ def main() -> int:
         "chaos_bench: %d events from %d boards (%s); %d power cuts, %d bridge kills; auth %s; seed %d"
         % (events, a.boards, ", ".join("%s %d Hz ring %d" % (b.transport, b.hz, b.ring) for b in boards),
            opts.board_kills, opts.bridge_kills, "on" if opts.auth else "off", a.seed),
+        flush=True,
+    )  # fmt: skip
+    plain, traced = record_cost()
+    print(
+        "record cost: ring write %.1f us, with the record %.1f us (ratio %.2f; +%.1f us per event, one "
+        "write() syscall), median of 5 x 20,000 on the board's interpreter" % (plain, traced, traced / plain,
+                                                                              traced - plain),
         flush=True,
     )  # fmt: skip
     t0 = time.monotonic()
