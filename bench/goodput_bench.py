@@ -582,6 +582,7 @@ def report(res: dict[str, Any]) -> str:
             "goodput / emulated line",
             "framing ceiling (full frames)",
             "ceiling of the frames sent",
+            "expected here: that x emulated line / (baud/10)",
             "down line busy",
             "events / frame",
             "lost (counted) / s",
@@ -605,6 +606,9 @@ def report(res: dict[str, Any]) -> str:
                 "%.3f" % (med(rs, "goodput") / res["line"][str(baud)]) if res["line"].get(str(baud)) else "-",
                 "%.3f" % (c["payload"] / c["cobs"]),
                 "%.3f" % sent_ceiling,
+                "%.3f" % (sent_ceiling * res["line"][str(baud)] / line)
+                if res["line"].get(str(baud))
+                else "-",
                 pct(med(rs, "down_busy")),
                 fmt(med(rs, "events_per_frame"), 1),
                 fmt(lost),
