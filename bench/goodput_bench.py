@@ -328,7 +328,6 @@ class Netem:
     def __init__(self, target: str, baud: int) -> None:
         self.proc = Proc([tool("leadwire"), "netem", "serial", "--target", target, "--rate", str(baud)])
         self.port = str(self.proc.wait_line("port", 15)["port"])
-        self.snaps: list[dict[str, Any]] = []
 
     def snapshot(self) -> dict[str, Any]:
         n = sum(1 for d in self.proc.lines if "counts" in d)
@@ -366,7 +365,7 @@ def lw_serial(
         assert board.port is not None
         net = Netem(board.port, baud)
         # a burst is at most the ring: its time on the line, with margin, is the answer timeout
-        burst_s = SERIAL_RING * (EVENT + 3) * 1.05 * 10 / baud
+        burst_s = cfg["ring"] * (EVENT + 3) * 1.05 * 10 / baud
         doc = bridge_doc(
             db, {"serial": net.port, "baud": baud}, wire.MAX_PAYLOAD, round(2 * burst_s + 0.5, 2), board.key
         )
