@@ -591,8 +591,11 @@ class _StreamDirection:
             for i in range(0, len(data), step):
                 chunk = data[i : i + step]
                 if rate > 0:
+                    # the line's clock runs on from where the last byte ended, up to 20 ms in the
+                    # past: a late wake-up (a loaded machine) is caught up instead of lost, so a
+                    # busy line carries baud / 10 bytes/s on average; an idle line starts afresh
                     now = loop.time()
-                    start = max(now, self.link_free)
+                    start = max(now - 0.02, self.link_free)
                     self.link_free = start + len(chunk) * 10 / rate
                     if start > now:
                         await asyncio.sleep(start - now)

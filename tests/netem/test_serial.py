@@ -205,4 +205,5 @@ def test_cli_serial_ready_line_and_counts() -> None:
 def test_cli_serial_missing_target_is_one_line() -> None:
     with netem_process("serial", "--target", "/dev/pts/does-not-exist") as proc:
         _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 1 and "cannot open /dev/pts/does-not-exist" in err
+    assert proc.returncode == 2 and "cannot open /dev/pts/does-not-exist" in err
+    assert len(err.splitlines()) == 1
