@@ -43,7 +43,7 @@ $(TYPINGS)/.stamp-stubs: | $(STAMP)
 	@touch $@
 
 typecheck: $(STAMP) $(TYPINGS)/.stamp-stubs
-	$(BIN)/mypy --config-file firmware/mypy.ini firmware/main.py firmware/lwagent.py firmware/lwboot.py \
+	$(BIN)/mypy --config-file firmware/mypy.ini firmware/main.py firmware/lwagent.py firmware/lwboot.py firmware/lwauth.py \
 	  firmware/wlan.py firmware/boards/esp32.py firmware/boards/rp2.py firmware/boards/unix.py shared/leadwire
 
 demo: $(STAMP)

@@ -20,13 +20,15 @@
 #            per event; emit() stays 0 B.
 #
 # Authentication (config "key"; lwboot decides, auth.py is the protocol): each link has an
-# auth.Endpoint (L[_EP], None with "auth": false). A HELLO request starts a session (answered at
-# once with the signed HELLO carrying the session K); every other frame must verify before it is
-# acted on (forged, replayed, unsigned: refused, not answered, counted in the health record, no
-# alarm); every frame sent is signed (poll answers and each frame of a burst, HELLO answers and the
-# boot HELLO, ACKs, NOTIFY fragments and their resends: the trailer is per transmission). The
-# payload budget of every frame (L[_LIM]) leaves room for the 8-byte trailer within the link's
-# frame size. With auth off, a signed frame is a bad frame.
+# auth.Endpoint, reached through lwauth's list of its bound methods (L[_EP], None with "auth":
+# false: this module names none of them, so a board without a key pays no qstr for them). A HELLO
+# request starts a session (answered at once with the signed HELLO carrying the session K); every
+# other frame must verify before it is acted on (forged, replayed, unsigned: refused, not
+# answered, counted in the health record, no alarm); every frame sent is signed (poll answers and
+# each frame of a burst, HELLO answers and the boot HELLO, ACKs, NOTIFY fragments and their
+# resends: the trailer is per transmission). The payload budget of every frame (L[_LIM]) leaves
+# room for the 8-byte trailer within the link's frame size. With auth off, a signed frame is a
+# bad frame.
 import asyncio
 import gc
 import select
@@ -87,7 +89,7 @@ _HELLO = const(11)
 _RB = const(12)  # serial: read chunk, COBS buffer, stream decoder
 _CB = const(13)
 _DEC = const(14)
-_EP = const(15)  # auth.Endpoint, or None (auth off)
+_EP = const(15)  # lwauth.link(): the endpoint's bound methods, or None (auth off)
 _LIM = const(16)  # payload budget of a frame: link frame size - overhead (- auth trailer)
 # a push session (one per subscribed channel on a link)
 _RS = const(0)  # ReportSequence
@@ -108,16 +110,22 @@ _SNUM = const(4)
 _SBUF = const(5)
 
 
+# lwauth.link(): verify, sign_into, device_hello, device_sign_hello, rejects, epoch hi, epoch lo
+_AVER = const(0)
+_ASIGN = const(1)
+_AHELLO = const(2)
+_ASHELLO = const(3)
+_AREJ = const(4)
+_AEH = const(5)
+_AEL = const(6)
+
+
 def _send(L, b, n, a):
-    # b[:n] (unsigned) signed when the link has auth, then sent; returns 1 for a dropped frame
-    ep = L[_EP]
-    if ep is not None:
-        n = ep.sign_into(b, n)
-    return _out(L, b, n, a)
-
-
-def _out(L, b, n, a):
-    # b[:n] to address a (UDP) or down the serial line as it is; returns 1 for a dropped frame
+    # b[:n] to address a (UDP) or down the serial line, signed first when the link has auth (a
+    # frame already signed, the HELLO, goes as it is); returns 1 for a dropped frame
+    A = L[_EP]
+    if A is not None and not b[1] & 0x20:
+        n = A[_ASIGN](b, n)
     try:
         if L[_UDP]:
             L[_IO].sendto(L[_MV][:n] if b is L[_TX] else b, a)
@@ -146,9 +154,6 @@ class Agent:
         self.h = h
         self.tasks: list = []  # main.py keeps the asyncio tasks here
         self.pushing = 0  # push sessions on all links
-        e = ring.epoch
-        self.eh = (e[0] << 8) | e[1]  # boot epoch halves: the auth context
-        self.el = (e[2] << 8) | e[3]
         self.poll = select.poll()
         for L in links:
             self.poll.register(L[_IO], select.POLLIN)
@@ -187,20 +192,20 @@ class Agent:
             return self._bad()
         t = b[0] & 0x1F
         tx = L[_TX]
-        ep = L[_EP]
-        if ep is None:
+        A = L[_EP]
+        if A is None:
             if b[1] & 0x20:  # signed (F_AUTH) while auth is off: refused
                 return self._bad()
         elif t == wire.HELLO and n == wire.OVERHEAD + 8:
             # a HELLO request: a new session, answered at once with the signed HELLO (K)
-            if ep.device_hello(b, n, self.eh, self.el):
+            if A[_AHELLO](b, n, A[_AEH], A[_AEL]):
                 return
             m = len(L[_HELLO])
             copy_into(tx, 0, L[_HELLO], 0, m)
-            m = ep.device_sign_hello(tx, dv.retag(tx, m, b[3]), self.eh, self.el)
-            self.h[_DROP] += _out(L, tx, m, a)
+            m = A[_ASHELLO](tx, dv.retag(tx, m, b[3]), A[_AEH], A[_AEL])
+            self.h[_DROP] += _send(L, tx, m, a)
             return
-        elif ep.verify(b, n):
+        elif A[_AVER](b, n):
             return  # forged, replayed or unsigned: counted by the endpoint, not answered
         else:
             n -= 8  # auth.AUTH_SIZE: the frame as if unsigned (the checks below use n)
@@ -332,14 +337,14 @@ class Agent:
     async def io(self):
         for L in self.links:
             if not L[_UDP] or L[_PEER]:  # HELLO after boot
-                ep = L[_EP]
-                if ep is None:
-                    _out(L, L[_HELLO], len(L[_HELLO]), L[_PEER])
+                A = L[_EP]
+                m = len(L[_HELLO])
+                if A is None:
+                    _send(L, L[_HELLO], m, L[_PEER])
                 else:  # signed with session K = 0: a hint to the host to start a handshake
                     tx = L[_TX]
-                    m = len(L[_HELLO])
                     copy_into(tx, 0, L[_HELLO], 0, m)
-                    _out(L, tx, ep.device_sign_hello(tx, m, self.eh, self.el), L[_PEER])
+                    _send(L, tx, A[_ASHELLO](tx, m, A[_AEH], A[_AEL]), L[_PEER])
         h = self.h
         while True:
             busy = 0
@@ -413,12 +418,7 @@ class Agent:
                 h[_OVER] = self.ring.overwritten
                 self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h))
                 if len(h) > 11:  # auth on: the rejects of all links, a record of their own
-                    h[11] = h[12] = h[13] = 0
-                    for L in self.links:
-                        ep = L[_EP]
-                        h[11] += ep.forged
-                        h[12] += ep.replayed
-                        h[13] += ep.unsigned
+                    self.links[0][_EP][_AREJ](self.links, h)
                     self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h, 11))
             if k[_AMS] and time.ticks_diff(ms, adue) >= 0:
                 adue = time.ticks_add(ms, k[_AMS])

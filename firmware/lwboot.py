@@ -173,7 +173,7 @@ def _attempt(board, st, tier):
     # the garbage between two collections (gc.threshold 4 KB), the push-session modules (~4.7 KB)
     # and 3 report bodies, plus slack: 10.3 KB + 3 bodies. From here to ready the rest of the boot
     # and the agent cost the frame and serial buffers and the sensors, less ~3.2 KB (lwboot is
-    # unloaded). With a key, auth.py, its key and an endpoint per link: ~10 KB for one link, ~11 KB
+    # unloaded). With a key, auth.py, lwauth, the key and an endpoint per link: ~11 KB for one link, ~12 KB
     # for two (free heap at ready, auth on vs off). Measured on the unix port (64-bit): pessimistic
     # for 32-bit boards.
     epoch = random_u32()
@@ -181,7 +181,7 @@ def _attempt(board, st, tier):
         st[0].pop()  # main.py's block: the ring goes where it was, in one piece
     gc.collect()
     free = gc.mem_free()
-    need = 7100 + 3 * k[10] + max([x[3] for x in lk] + [0]) + (9100 + 900 * len(lk) if ak else 0)
+    need = 7100 + 3 * k[10] + max([x[3] for x in lk] + [0]) + (9900 + 1100 * len(lk) if ak else 0)
     for x in lk:
         need += 2 * x[3] + 400 if x[0] == kser else 0
     for x in sk:
@@ -221,14 +221,10 @@ def _attempt(board, st, tier):
     name = d.get(kid)
     if not isinstance(name, str):
         name = board.uid()
-    k.append(st[2])
+    k += [st[2], ak]  # 14 the boot count, 15 the auth key (bytes; None: auth off)
     links = []
     tasks = []
     opened: list = []  # (io, peer: False for serial, UDP address or None, frame size, gap)
-    if ak:  # after the ring and the buffers (auth.py: ~6.7 KB of heap, each endpoint ~0.8 KB)
-        from leadwire.auth import TO_HOST, Endpoint, Key
-
-        ko = Key(ak)
     try:
         for key, c, port, frame, gap in lk:
             try:
@@ -268,7 +264,7 @@ def _attempt(board, st, tier):
             tx = memoryview(shared)[: frame + ax]
             L = [io, peer is not False, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer or None, b""]
             L += sb[0] if peer is False else [None, None, None]
-            L += [Endpoint(ko, TO_HOST) if ak else None, frame - 12 - ax]
+            L += [None, frame - 12 - ax]  # the auth endpoint: main.py, after this module is gone
             links.append(L)
         for L in links:
             tx = L[2]
@@ -281,6 +277,6 @@ def _attempt(board, st, tier):
     kinds = " ".join("%s:%d" % (kudp, lk[0][2]) if L[1] else kser for L in links)  # udp: its port
     print(
         "leadwire %s on %s, id %s, boot %d, epoch %08x, ring %dx%d, links %s, auth %s"
-        % (fw, board.KIND, name, k[14], epoch, k[0], k[1], kinds or "none", "on" if ak else "off")
+        % (fw, board.KIND, name, k[14], epoch, k[0], k[1], kinds or "none", "on" if ax else "off")
     )
     return k, ring, sensors, links, tasks

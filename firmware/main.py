@@ -28,6 +28,10 @@ def start():
         board.led(0)
         return None  # stop at the REPL (never a reset loop)
     k, ring, sensors, links, tasks = b
+    if k[15]:  # a key (issue 6): auth.py and an endpoint per link, where the boot code was
+        import lwauth
+
+        lwauth.setup(k, ring, links)
     from lwagent import Agent
 
     ag = Agent(k, ring, sensors, links, board)

@@ -33,7 +33,7 @@ CORE_DEVICE = (
     "device",
     "auth",  # imported only when config.json has a key (issue 6)
 )
-FIRMWARE_MODULES = ("lwagent", "lwboot")
+FIRMWARE_MODULES = ("lwagent", "lwboot", "lwauth")  # lwauth: loaded only with a key
 
 
 @dataclass(frozen=True)

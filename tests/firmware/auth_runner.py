@@ -7,6 +7,7 @@ import gc
 import sys
 import time
 
+import lwauth
 from core_runner import _steady
 from lwagent import Agent
 
@@ -67,10 +68,11 @@ def link(ep):
 K = [256, 16, 1, 8, 5000, 9, 7, 0, 1000, 250, 512, 1000, 0, 3, 1]
 ring = EventRing(256, None, 16, 0x12345678)
 sample = bytearray(16)
-dev = auth.Endpoint(KEY, auth.TO_HOST)
+A = lwauth.link(auth.Key(KEY), 0x1234, 0x5678)  # as main.py makes it (lwauth.setup)
+dev = A[7]
 host = auth.Endpoint(KEY, auth.TO_DEVICE)
 Lp = link(None)  # auth off
-La = link(dev)  # auth on
+La = link(A)  # auth on
 ag = Agent(K, ring, [[1, 1000, 16, 0, 0, sample]], [], Board)
 ag.links += [La, Lp]  # (a Sink cannot be registered with select.poll)
 for L in (La, Lp):
