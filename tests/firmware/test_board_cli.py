@@ -43,3 +43,32 @@ def test_board_prints_json_and_dies_with_its_pid(transport: str, tmp_path: Path)
         if p.poll() is None:
             p.kill()
             p.wait(5)
+
+
+def test_board_key_auto_prints_the_key_once_and_signs(tmp_path: Path) -> None:
+    from .authclient import AuthClient
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "leadwire.cli", "board", "--dir", str(tmp_path), "--key", "auto"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None
+        info = json.loads(p.stdout.readline())
+        key = info["key"]
+        assert len(key) == 64 and key not in (tmp_path / "console.log").read_text()
+        host, port = info["address"].rsplit(":", 1)
+        c = AuthClient(UdpLink((host, int(port))), key)
+        try:
+            assert c.handshake().session == 1
+        finally:
+            c.close()
+        os.kill(info["pid"], signal.SIGKILL)
+        assert p.wait(10) == 0
+        assert p.stderr is not None and key not in p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
