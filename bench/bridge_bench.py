@@ -541,8 +541,8 @@ def main() -> int:
             sys.stdout.flush()
 
         if "ingest" in only:
-            ing = []
-            ing_signed = []
+            ing: list[dict[str, Any]] = []
+            ing_signed: list[dict[str, Any]] = []
             for _ in range(args.repeat):  # unsigned and signed side by side, alternating
                 for signed, out in ((False, ing), (True, ing_signed)):
                     with Fleet(args.ingest_devices, args.ingest_rate, capacity=16384, payload=PAYLOAD,
