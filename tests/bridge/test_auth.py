@@ -317,3 +317,21 @@ def test_late_copies_of_older_hello_answers_start_no_handshake() -> None:
     cl.pc.ask_hello()
     d.exchange()  # session 2
     assert d.feed(h1) is False and rejects(cl) == (0, 1, 0) and not cl.pc.hello_due
+
+
+def test_burst_answers_each_frame_signed_and_checked() -> None:
+    cl, core, d = make_client(key=KEY, capacity=256, start=9, poll=PollConfig(batch=4, frames=4))
+    ready(core, d)
+    core.write_events(40)
+    polls = len([r for r in d.requests if r.type == wire.POLL])
+    d.drain()
+    assert [e[2] for e in cl.out_events] == list(range(9, 50))
+    assert len([r for r in d.requests if r.type == wire.POLL]) - polls <= 4  # 16 events per round trip
+    assert rejects(cl) == (0, 0, 0) and device_rejects(core) == (0, 0, 0)
+    # a frame of a burst replayed: refused; the others of the burst were taken once
+    core.write_events(8)
+    req = cl.request_bytes(d.t)
+    outs = core.handle(req, d.t)
+    assert len(outs) == 2
+    assert d.feed(outs[0]) is False and d.feed(outs[0]) is False and d.feed(outs[1]) is True
+    assert rejects(cl) == (0, 1, 0) and [e[2] for e in cl.out_events][-8:] == list(range(50, 58))
