@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -136,6 +137,18 @@ RUNTIME_CONF = {
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
+# Performance defaults, applied only where the session does not set the key itself (spark-submit
+# --conf, build_session(extra=...) win). Measured at 1M and 10M rows (docs/benchmarks.md):
+TUNING_CONF = {
+    # A window operator buffers one lead domain at a time; past this many rows Spark moves the
+    # buffer into an external sorter (its default is 4096, and an event domain is often 10k+
+    # rows): that cost about half the CPU of the per-arrival plan. 2^18 rows is ~50 MB per buffer.
+    "spark.sql.windowExec.buffer.in.memory.threshold": str(1 << 18),
+    # The exact `percentile` keeps a map of values per group; past 128 groups in one task Spark
+    # switches to a sort-based aggregation that serialises every map. Per-device percentiles have
+    # 2 groups per device in a task.
+    "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "4096",
+}
 
 
 def build_session(
@@ -160,7 +173,7 @@ def build_session(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or (2 * (os.cpu_count() or 2))))
         .config("spark.sql.adaptive.enabled", "true" if adaptive else "false")
     )
-    for k, v in {**RUNTIME_CONF, **(extra or {})}.items():
+    for k, v in {**RUNTIME_CONF, **TUNING_CONF, **(extra or {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -267,9 +280,14 @@ def _range(date_from: str | None, date_to: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------- transform
+def by_device(inputs: Inputs, window_seconds: int = DEFAULT_WINDOW_SECONDS) -> DataFrame:
+    """The selected arrival columns, hash-partitioned by device (the one shuffle of the arrivals)."""
+    return T.transform_by_device(T.transform_arrivals(inputs.arrivals, window_seconds))
+
+
 def transform_rows(inputs: Inputs, window_seconds: int = DEFAULT_WINDOW_SECONDS) -> DataFrame:
     """Per-arrival rows: the selected arrival columns plus recomputed lead and ordering facts."""
-    return T.transform_order(T.transform_leads(T.transform_arrivals(inputs.arrivals, window_seconds)))
+    return T.transform_order(T.transform_leads(by_device(inputs, window_seconds)))
 
 
 def _same(df: DataFrame) -> DataFrame:
@@ -288,7 +306,8 @@ def build_tables(
     cw = keep(T.transform_channel_windows(rows))
     rec = keep(T.transform_recoveries(inputs.losses, window_seconds))
     rst = keep(T.transform_restarts(inputs.boots, window_seconds))
-    lat_values = T.transform_latency_values(T.transform_arrivals(inputs.arrivals, window_seconds))
+    # per-device percentiles group by device_id: partitioned by device, they need no second shuffle
+    lat_values = T.transform_latency_values(by_device(inputs, window_seconds))
     lat = keep(T.transform_latency_counts(lat_values))  # firmware, transport and fleet percentiles
     devices = keep(T.transform_devices(cw, rec, rst, lat_values))
     fleet_latency = keep(T.transform_fleet_latency(lat))
@@ -376,6 +395,9 @@ def run_job(
     assert spark is not None
     for k, v in RUNTIME_CONF.items():
         spark.conf.set(k, v)
+    for k, v in TUNING_CONF.items():
+        if spark.conf.get(k, None) is None:  # not set by spark-submit --conf or the session builder
+            spark.conf.set(k, v)
     prog.watch(spark)
     t0 = time.monotonic()
     cached: list[DataFrame] = []
@@ -387,20 +409,23 @@ def run_job(
     try:
         with prog.stage("extract %s" % input_dir):
             inputs = extract(spark, input_dir, date_from, date_to, prog)
+        collected: dict[str, Any] = {}
         with prog.stage("leads, ordering and channel windows"):
             rows = transform_rows(inputs, window_seconds)  # per arrival: not cached, read once
             tables = build_tables(rows, inputs, window_seconds, worst_n, keep=keep)
             cw = tables["channel_windows"]
-            ncw = cw.count()
-            nrows = int(cw.agg(F.coalesce(F.sum("messages"), F.lit(0))).first()[0])  # type: ignore[index]
+            collected["channel_windows"] = cw.orderBy(*TABLE_ORDER["channel_windows"]).toArrow()
+            ncw = collected["channel_windows"].num_rows
+            nrows = int(pc.sum(collected["channel_windows"].column("messages")).as_py() or 0)
             if nrows == 0:
                 raise BadInput(
                     "%s: no arrival rows%s" % (_join(input_dir, "arrivals"), _range(date_from, date_to))
                 )
             prog.log("  %d arrival rows -> %d device-channel-window rows" % (nrows, ncw))
         with prog.stage("aggregate"):
-            collected: dict[str, Any] = {}
             for name, df in tables.items():
+                if name in collected:
+                    continue
                 order = TABLE_ORDER[name]
                 collected[name] = (df.orderBy(*order) if order else df).toArrow()
                 prog.log("  %s: %d rows" % (name, collected[name].num_rows))
