@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,3 +78,56 @@ def test_serial_board_through_the_pty_proxy(serial_board: VirtualBoard) -> None:
     assert hellos, items
     assert messages.decode_hello(hellos[-1]).board == "unix"
     assert snap["up"]["out_bytes"] == snap["up"]["in_bytes"] > 0
+
+
+@pytest.mark.timeout(60)
+def test_udp_board_with_auth_answers_a_duplicated_poll_once_and_counts_the_copy() -> None:
+    """Authentication (issue 6) under duplication: the copy of a signed POLL is a replay, refused and
+    counted; the board's answers, duplicated on the way back, are each taken once by the host."""
+    from ..firmware.authclient import AuthClient
+    from ..hil.client import UdpLink
+
+    with start_board("udp", key="auto", config={"sensors": [], "health": {"ms": 200}}) as b:
+        assert b.address is not None and b.key is not None
+        c = AuthClient(UdpLink(b.address), b.key)  # direct: the handshake, then the auth record
+        try:
+            assert c.handshake().session == 1
+
+            async def go() -> tuple[list[bytes], dict[str, Any]]:
+                client = await peer()
+                async with UdpImpairer(
+                    ("127.0.0.1", 0), b.address, Impairment(dup=1.0), Impairment(dup=1.0)
+                ) as imp:
+                    assert imp.address is not None
+                    for i in range(5):
+                        signed = c.sign(messages.poll_frame(0, 4, 512, tag=i + 1))
+                        client.transport.sendto(signed, imp.address)
+                        await asyncio.sleep(0.01)
+                    await wait_for(lambda: len(client.got) >= 10, 5)
+                    await asyncio.sleep(0.3)
+                    snap = imp.snapshot()
+                client.close()
+                return client.data, snap
+
+            answers, snap = asyncio.run(go())
+            assert snap["up"]["duplicated"] == 5 and snap["down"]["in"] == 5  # 5 answers, not 10
+            assert len(answers) == 10  # each answer twice (duplicated on the way back)
+            took = []
+            for a in answers:
+                buf = bytearray(a)
+                r = c.ep.verify(buf, len(buf))
+                if r == wire.OK:
+                    took.append(codec.decode(a).message_id)
+                else:
+                    assert r == wire.E_REPLAY
+            assert sorted(took) == [1, 2, 3, 4, 5] and c.ep.replayed == 5
+            want = {"auth_forged": 0, "auth_replayed": 5, "auth_unsigned": 0}
+            got = None
+            for _ in range(20):
+                got = c.auth_health()
+                if got == want:
+                    break
+                time.sleep(0.2)
+            assert got == want
+        finally:
+            c.close()
