@@ -65,7 +65,7 @@ import click
 
 M32 = 0xFFFFFFFF
 BOOT_MARK = 0xFFFF  # the length field of a boot record in a trace (no event is that long)
-BOOT_SIZE = 15  # 0x00, 0xFFFF, epoch u32, start u32, boots u32
+BOOT_SIZE = 17  # 0x00, 0xFFFF, epoch u32, start u32, boots u32, ring capacity u16
 SENSOR_CH = 1
 HEALTH_CH = 8
 ALARM_CH = 9
@@ -78,10 +78,11 @@ Say = Callable[[str], None]
 class TraceBoot:
     """One boot as the board recorded it: record i is the event at offset start + i (mod 2^32)."""
 
-    def __init__(self, epoch: int, start: int, boots: int) -> None:
+    def __init__(self, epoch: int, start: int, boots: int, capacity: int = 0) -> None:
         self.epoch = epoch
         self.start = start
         self.boots = boots
+        self.capacity = capacity
         self.blob = bytearray()  # the records as written: channel u8, length u16, data
         self.pos = array("Q")  # where record i starts in blob
 
@@ -130,7 +131,7 @@ class Trace:
                 if p + BOOT_SIZE > n:
                     break
                 e, s, b = (int.from_bytes(d[p + k : p + k + 4], "big") for k in (3, 7, 11))
-                self.boots.append(TraceBoot(e, s, b))
+                self.boots.append(TraceBoot(e, s, b, (d[p + 15] << 8) | d[p + 16]))
                 p += BOOT_SIZE
                 continue
             if p + 3 + ln > n:
@@ -436,14 +437,23 @@ def check_board(
             if (ch, bytes(data) if isinstance(data, bytes) else None) != tb.record(i):
                 t.corrupted += 1
         head_done = False
-        for _seq, epoch, client_n, n0, _n1, lost, cause in losses:
+        for _seq, epoch, client_n, n0, n1, lost, cause in losses:
             if epoch != tb.epoch:
                 continue
+            # the RECOVERY behind the row against the record: n1 was generated, and n0 was the oldest
+            # event held only if the ring was full (or nothing had left it yet): a loss the ring
+            # really had, not one the bridge made up
+            i0, i1 = tb.rel(n0), tb.rel(n1)
+            held = i1 - i0 + 1
+            if i1 >= n or (tb.capacity and (held > tb.capacity or (i0 and held != tb.capacity))):
+                t.problems.append(
+                    "epoch %08x: %s row n0=%d n1=%d does not match the ring (%d generated, capacity %d)"
+                    % (tb.epoch, cause, n0, n1, n, tb.capacity)
+                )
             if lost is None:  # restart / first contact: the head before n0 is unknowable to the host
                 if head_done:
                     continue
                 head_done = True
-                i0 = tb.rel(n0)
                 if i0 > n:
                     t.problems.append("epoch %08x: %s row n0=%d beyond the boot" % (tb.epoch, cause, n0))
                     continue

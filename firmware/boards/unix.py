@@ -31,7 +31,8 @@ def _trace():
     # flash holds a file "trace", every event the ring takes is appended to it as the ring stores
     # it (channel u8, length u16, data), one unbuffered write() each, so a power cut (SIGKILL) keeps
     # every event the agent could ever have sent. Each ring built starts with a boot record:
-    # 0x00 0xFFFF (no event is that long), epoch u32, start offset u32, boot count u32. While a file
+    # 0x00 0xFFFF (no event is that long), epoch u32, start offset u32, boot count u32, ring
+    # capacity u16. While a file
     # "pause" exists (looked for every 64 events the agent emits) the ring takes nothing: the chaos
     # run holds the boards until the bridge is up, and stops them at the end so that the bridge can
     # drain every ring to its last event.
@@ -57,6 +58,7 @@ def _trace():
             h = bytearray(b"\x00\xff\xff")
             for v in (epoch, s, n):
                 h.extend(bytes(((v >> 24) & 0xFF, (v >> 16) & 0xFF, (v >> 8) & 0xFF, v & 0xFF)))
+            h.extend(bytes((capacity >> 8, capacity & 0xFF)))
             self._t = open("trace", "ab")
             self._t.write(h)
             self._q = 1  # events until the next look for "pause"

@@ -101,3 +101,22 @@ def test_checker_catches_silent_loss_duplicates_and_corruption(tmp_path: Path) -
     finally:
         ro.close()
     assert (t2.silent, t2.died_with_boot) == (1, 1)
+    # a made-up overrun row covering the hole: counted lost now, but its RECOVERY (n0 = the next
+    # event, 10 held in a ring of 512 that was not full) is not what the ring could have answered
+    conn = sqlite3.connect(db)
+    (dev, epoch, off) = conn.execute(
+        "SELECT dev, boot_epoch, seq FROM arrivals WHERE id=?", (ids[49],)
+    ).fetchone()
+    conn.execute(
+        "INSERT INTO losses VALUES (?, 99, ?, ?, ?, ?, 1, 'overrun', 0, 0, 0, '')",
+        (dev, epoch, off, (off + 2) & 0xFFFFFFFF, (off + 11) & 0xFFFFFFFF),
+    )
+    conn.commit()
+    conn.close()
+    ro = connect_ro(str(db))
+    try:
+        t3 = check_board(ro, name, trace, restarts_made=0, final_cut=True)
+    finally:
+        ro.close()
+    assert (t3.silent, t3.lost, t3.died_with_boot) == (0, 1, 1)
+    assert [p for p in t3.problems if "does not match the ring" in p] and not t3.ok
