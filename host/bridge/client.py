@@ -411,7 +411,14 @@ class DeviceClient:
         is counted and ignored (False): the real answer may still come, or the timeout."""
         f = codec.decode(data)  # WireError: the caller counts it
         if self.auth is not None or f.flags != data[1] >> 4:
-            if self.admit(data):
+            code = self.admit(data)
+            if code == core_auth.HINT and self.outstanding:
+                # a boot HELLO: the device restarted and refuses our session; stop waiting for the
+                # answer to the outstanding request (none will come): the handshake goes out now
+                self.outstanding = 0
+                self.next_delay = 0.0
+                return True
+            if code:
                 return False
         return self.on_frame(f, len(data), now_s, rx_us)
 

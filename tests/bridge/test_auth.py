@@ -196,6 +196,9 @@ def test_old_boot_answers_refused_after_a_restart_and_the_restart_found_by_hands
     assert device_rejects(core) == (3, 0, 0) and cl.dc["timeouts"] == 3
     # its boot HELLO (K = 0) is a hint: a handshake next, nothing else changes
     assert d.feed(core.hello(0)) is False and rejects(cl) == (0, 0, 0) and cl.pc.hello_due
+    # ... and while a request is out, it ends the wait (no answer will come): the HELLO goes at once
+    cl.request_bytes(d.t)  # (this one: the HELLO; pretend it is lost and ask again below)
+    assert cl.outstanding and d.feed(core.hello(0)) is True and not cl.outstanding and cl.next_delay == 0
     d.exchange()  # HELLO -> new boot, detected by hello
     assert d.requests[-1].type == wire.HELLO and cl.epoch == core.epoch != old_epoch
     assert cl.dc["restarts"] == 1 and [b.detected_by for b in cl.out_boots] == ["hello", "hello"]
