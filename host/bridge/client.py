@@ -346,10 +346,11 @@ class DeviceClient:
             if code == wire.E_REPLAY and ep.live and 0 < u32.diff(
                 int.from_bytes(data[p - 4 : p], "big"), int.from_bytes(ep.tx[5:9], "big")
             ):
-                # a HELLO answer with a newer session K than ours: our HELLO request reached the
-                # device twice (duplicated on the way) and it moved on to a session whose frames we
-                # cannot take (auth.py: one session per nonce). Hand-shake again now rather than
-                # after three silent rounds. (Late copies of older answers carry older K: ignored.)
+                # a HELLO answer with a newer session K than ours: a late copy of one of our older
+                # HELLO requests reached the device, which moved on to a session under that old
+                # nonce, whose frames we cannot take. Hand-shake again now rather than after three
+                # silent rounds. (A copy of the current request keeps the session: auth.py; late
+                # copies of older answers carry older K: ignored.)
                 self.pc.ask_hello()
         else:
             code = ep.verify(data, n)

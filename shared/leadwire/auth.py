@@ -234,14 +234,17 @@ class Endpoint:
 
     def device_hello(self, buf, n, epoch_hi, epoch_lo):
         """A HELLO request in buf[:n] (wire.check passed): check it in the zero context; if right,
-        start a new session (K + 1) under its nonce. Returns wire.OK (then answer with
-        device_answer_hello at once), or E_UNSIGNED / E_AUTH (counted)."""
+        start a new session (K + 1) under its nonce; the request of the current session again
+        (a duplicate: same nonce) keeps the session. Returns wire.OK (then answer with
+        device_sign_hello at once), or E_UNSIGNED / E_AUTH (counted)."""
         if not (buf[1] >> 4) & wire.F_AUTH:
             self.unsigned += 1
             return wire.E_UNSIGNED
         if not self._tag_ok(self.zero, buf, n, 0, (buf[n - 10] << 8) | buf[n - 9]):
             self.forged += 1
             return wire.E_AUTH
+        if self.live and self._same_nonce(buf):
+            return wire.OK  # the same request again (duplicated on the way): same session, answered again
         lo = self.k_lo + 1
         self.k_hi = (self.k_hi + (lo >> 16)) & 0xFFFF
         self.k_lo = lo & 0xFFFF
@@ -255,6 +258,12 @@ class Endpoint:
         _put32(self.rx, 5, self.k_hi, self.k_lo)
         return wire.OK
 
+    def _same_nonce(self, buf):
+        for i in range(4):
+            if buf[6 + i] != self.tx[5 + i]:
+                return False
+        return True
+
     def device_sign_hello(self, buf, n, epoch_hi, epoch_lo):
         """Sign the device's HELLO in buf[:n], whose payload ends with 4 bytes for the session K:
         after device_hello, the answer (counter 0 of session K); with no session yet, the boot
@@ -262,7 +271,10 @@ class Endpoint:
         p = n - wire.CRC_SIZE
         if self.live:
             _put32(buf, p - 4, self.k_hi, self.k_lo)
-            return self._sign(buf, n, self.tx, 0, 0, 1)
+            m = self._sign(buf, n, self.tx, 0, 0, 0)  # counter 0, however often it is answered
+            if not (self.send_hi or self.send_lo):
+                self.send_lo = 1
+            return m
         _put32(buf, p - 4, 0, 0)
         _put32(self.boot, 1, epoch_hi, epoch_lo)
         return self._sign(buf, n, self.boot, 0, 0, 0)

@@ -294,23 +294,43 @@ def test_counters_stored_with_the_client_state() -> None:
     assert rejects(again) == (1, 1, 0)
 
 
-def test_a_duplicated_hello_request_costs_one_round_not_three() -> None:
-    """The line duplicates our HELLO request: the device starts two sessions under one nonce and
-    answers both; we take the first, it is in the second (our polls are stale there). The second
-    answer is refused as a replay and makes us hand-shake again at once: one lost round."""
+def test_a_duplicated_hello_request_costs_nothing() -> None:
+    """The line duplicates our HELLO request: the device keeps its session for the same nonce and
+    answers again with the same bytes (session K, counter 0); the copy is refused as a replay and
+    nothing else happens: no new handshake, no lost round."""
     cl, core, d = make_client(key=KEY, capacity=64, start=20)
     req = cl.request_bytes(d.t)  # HELLO
     (a1,) = core.handle(req, d.t)
-    (a2,) = core.handle(req, d.t)  # the duplicate: session 2 under the same nonce
+    (a2,) = core.handle(req, d.t)  # the duplicate: the same session, answered again
+    assert a1 == a2
     assert d.feed(a1) is True and cl.pc.hello is not None and cl.pc.hello.session == 1
-    assert d.feed(a2) is False and rejects(cl) == (0, 1, 0) and cl.pc.hello_due
-    assert core.auth is not None and core.auth.k_lo == 2
-    d.exchange()  # the handshake again (session 3)
-    assert d.requests[-1].type == wire.HELLO and core.auth.k_lo == 3
+    assert d.feed(a2) is False and rejects(cl) == (0, 1, 0) and not cl.pc.hello_due
+    assert core.auth is not None and core.auth.k_lo == 1
     core.write_events(3)
     d.drain()
     assert len(cl.out_events) == 3 and cl.dc["timeouts"] == 0
     assert rejects(cl) == (0, 1, 0) and device_rejects(core) == (0, 0, 0)
+
+
+def test_a_late_duplicate_of_an_older_hello_request_costs_one_round() -> None:
+    """Our first HELLO's answer is lost, we ask again (a new nonce, session 2); then a late copy of the
+    first request reaches the device, which starts session 3 under the old nonce. Its answer is
+    refused (a stale nonce) and, carrying a newer K, makes us hand-shake again at once."""
+    cl, core, d = make_client(key=KEY, capacity=64, start=20)
+    req1 = cl.request_bytes(d.t)
+    core.handle(req1, d.t)  # session 1: its answer lost
+    cl.pc.ask_hello()
+    req2 = cl.request_bytes(d.t)
+    (a2,) = core.handle(req2, d.t)
+    assert d.feed(a2) is True and cl.pc.hello is not None and cl.pc.hello.session == 2
+    (a3,) = core.handle(req1, d.t)  # the late copy of request 1: session 3 under nonce 1
+    assert core.auth is not None and core.auth.k_lo == 3
+    assert d.feed(a3) is False and rejects(cl) == (0, 1, 0) and cl.pc.hello_due
+    d.exchange()  # the handshake again (session 4)
+    assert core.auth.k_lo == 4
+    core.write_events(3)
+    d.drain()
+    assert len(cl.out_events) == 3 and device_rejects(core) == (0, 0, 0)
 
 
 def test_late_copies_of_older_hello_answers_start_no_handshake() -> None:

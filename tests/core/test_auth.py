@@ -99,6 +99,23 @@ def test_sessions_count_up_and_an_old_session_is_refused() -> None:
     assert p.to_dev(p.sign(p.host, messages.poll_frame(1))) == wire.OK
 
 
+def test_a_duplicated_hello_request_keeps_the_session() -> None:
+    p = Pair()
+    p.handshake()
+    p.nonce += 1
+    req = p.sign(p.host, codec.Frame(wire.HELLO, p.nonce, b""))
+    h = messages.Hello(p.epoch, 64, 16, 512, 1, "b", "f", "k", session=0)
+    answers = []
+    for _ in range(2):  # the request arrives twice: the device answers twice, in one session
+        assert p.dev.device_hello(bytearray(req), len(req), p.epoch >> 16, p.epoch & 0xFFFF) == wire.OK
+        answers.append(p.sign(p.dev, messages.hello_frame(h)))
+    assert answers[0] == answers[1]  # the same session K, counter 0
+    assert [p.host.host_hello(bytearray(a), len(a)) for a in answers] == [wire.OK, wire.E_REPLAY]
+    for i in range(3):
+        assert p.to_dev(p.sign(p.host, messages.poll_frame(i))) == wire.OK
+        assert p.to_host(p.sign(p.dev, answer(i))) == wire.OK
+
+
 def test_counters_pass_16_bits_on_both_sides() -> None:
     p = Pair()
     p.handshake()
