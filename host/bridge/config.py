@@ -67,6 +67,9 @@ class BridgeConfig:
     log_level: str = "info"
     commit_interval: float = 0.05  # seconds between store commits (a batch)
     commit_rows: int = 20000  # commit earlier when this many rows are pending
+    # "process": the store writes in a child process (rows over a pipe, its own GIL; dies with the
+    # bridge); "thread": on a thread of the bridge process (docs/bridge.md, "Store writer")
+    store_writer: str = "process"
     shard: tuple[int, int] = (0, 1)  # (index, count): poll the devices whose hash falls in this shard
     poll: PollConfig = field(default_factory=PollConfig)
     devices: tuple[DeviceConfig, ...] = ()
@@ -83,7 +86,7 @@ def shard_of(device_id: str, count: int) -> int:
 
 _TOP = {"bridge", "polling", "store", "device"}
 _BRIDGE = {"id", "metrics", "bind", "log_level", "shard"}
-_STORE = {"path", "commit_interval", "commit_rows"}
+_STORE = {"path", "commit_interval", "commit_rows", "writer"}
 _POLL = {
     "interval",
     "interval_min",
@@ -244,6 +247,9 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
         store = str(base / store)
     commit_interval = _num(s, "commit_interval", "store.", 0.05, 0.001, 10.0)
     commit_rows = _int(s, "commit_rows", "store.", 20000, 1, 10_000_000)
+    writer = _str(s, "writer", "store.", "process")
+    if writer not in ("process", "thread"):
+        raise ConfigError("store.writer", 'must be "process" or "thread", got %r' % writer)
 
     w = "polling."
     interval_min = _num(pl, "interval_min", w, 0.005, 0.0, 3600.0)
@@ -273,9 +279,13 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
         ack_timeout=_num(pl, "ack_timeout", w, 1.0, 0.01, 60.0),
     )
 
-    raw = doc.get("device", [])
+    if "device" not in doc:
+        raise ConfigError("device", "no [[device]] in the config: give at least one")
+    raw = doc["device"]
     if not isinstance(raw, list):
         raise ConfigError("device", "must be an array of tables ([[device]])")
+    if not raw:
+        raise ConfigError("device", "the list is empty: give at least one [[device]]")
     devices: list[DeviceConfig] = []
     seen_ids: set[str] = set()
     seen_addr: set[str] = set()
@@ -339,6 +349,7 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
         log_level=level,
         commit_interval=commit_interval,
         commit_rows=commit_rows,
+        store_writer=writer,
         shard=(int(si), int(sk)),
         poll=poll,
         devices=tuple(devices),
