@@ -62,6 +62,8 @@ def parse_key(text):
     t = text.strip() if isinstance(text, str) else ""
     if len(t) % 2 or not KEY_MIN * 2 <= len(t) <= KEY_MAX * 2:
         raise ValueError("a key is 32..128 hex digits (16..64 bytes)")
+    if t.lstrip("0123456789abcdefABCDEF"):  # int(.., 16) alone takes "+f" (a board refuses it)
+        raise ValueError("a key is hex digits only")
     try:
         return bytes(int(t[i : i + 2], 16) for i in range(0, len(t), 2))
     except ValueError:

@@ -56,6 +56,7 @@ KEY = "00112233445566778899aabbccddeeff" * 2
         ({"id": "x"}, ["--key", KEY, "--no-auth"], "give one of --key, --new-key, --no-auth"),
         ({"id": "x"}, ["--new-key", "--no-auth"], "give one of --key, --new-key, --no-auth"),
         ({"id": "x"}, ["--key", KEY[:-2] + "zz"], "--key: a key is hex digits only"),
+        ({"id": "x"}, ["--key", "+f" * 32], "--key: a key is hex digits only"),  # int("+f", 16) is 15
         ({"id": "x"}, ["--key", KEY[:30]], "--key: a key is 32..128 hex digits"),
         ({"key": KEY[:-2] + "zz"}, [], "config key: a key is hex digits only"),
     ],
