@@ -10,8 +10,10 @@ only moves bytes and time:
   the timeout -> the next request ``next_delay`` after the send (at once while the device reports a
   backlog: adaptive polling). Due requests go out in bursts, timeouts are one heap;
 * one flusher task: every ``commit_interval`` (or sooner when ``commit_rows`` are pending) it
-  drains the clients into one :class:`~leadwire.bridge.store.Batch` and commits it on the single
-  store thread; report ACKs go out only after their transaction committed.
+  drains the clients into one :class:`~leadwire.bridge.store.Batch` and commits it through the
+  single store executor thread: in the store writer process (``[store] writer = "process"``, the
+  default, :mod:`~leadwire.bridge.writer`) or on that thread itself (``"thread"``); report ACKs go
+  out only after their transaction committed.
 
 If a commit fails the bridge stops without writing anything more: the store still holds a
 consistent offset for every device and the next run polls the missing events again.
@@ -38,6 +40,7 @@ from .client import REQ_SUBSCRIBE, Delivery, DeviceClient
 from .config import BridgeConfig, DeviceConfig, parse_address
 from .metrics import Histogram, make_registry, serve
 from .store import GEN_INDEX, SEG_EVENT, Batch, Store, drain
+from .writer import StoreProcess
 
 
 class Source(NamedTuple):
@@ -394,7 +397,7 @@ class Bridge:
         self.runners: dict[str, DeviceRunner] = {}
         self.by_addr: dict[tuple[str, int], DeviceRunner] = {}
         self._subs: dict[int, list[tuple[Callback, bool]]] = {}
-        self.store: Store | None = None
+        self.store: Store | StoreProcess | None = None
         self.pending_rows = 0
         self.commits = 0
         self.rows_committed = 0
@@ -452,7 +455,16 @@ class Bridge:
         self._flush_lock = asyncio.Lock()
         self._flushed = asyncio.Event()
         self.sched = Scheduler(self)
-        self.store = await loop.run_in_executor(self._writer, _open_store, cfg.store, cfg.bridge_id)
+        if cfg.store_writer == "process":
+            # started on the loop's thread (PR_SET_PDEATHSIG follows the thread that forked)
+            proc = StoreProcess(cfg.store, cfg.bridge_id)
+            try:
+                self.store = await loop.run_in_executor(self._writer, proc.wait_ready)
+            except BaseException:
+                await loop.run_in_executor(self._writer, proc.close)
+                raise
+        else:
+            self.store = await loop.run_in_executor(self._writer, _open_store, cfg.store, cfg.bridge_id)
         devices = cfg.my_devices()
         udp = [d for d in devices if d.transport == "udp"]
         if udp:

@@ -253,7 +253,22 @@ class Store:
         self.conn.close()
 
     def register(self, device_id: str, transport: str, address: str) -> tuple[int, ClientState | None]:
-        """The device's key, and its stored client state (None when the store has never seen it)."""
+        """The device's key, and its stored client state (None when the store has never seen it).
+
+        Read under ``BEGIN IMMEDIATE``: it waits for any other writer's transaction (the writer
+        process of a bridge that was just killed) and reads the offsets as committed.
+        """
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            out = self._register(device_id, transport, address)
+            c.execute("COMMIT")
+            return out
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def _register(self, device_id: str, transport: str, address: str) -> tuple[int, ClientState | None]:
         c = self.conn
         row = c.execute(
             "SELECT dev, n, has_n, boot_epoch, boots, lead_last, arrival, loss_seq, session, firmware, "
