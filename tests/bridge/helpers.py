@@ -123,13 +123,16 @@ def bridge_config(tmp: Path, devices: list[dict[str, Any]], **sections: Any) -> 
     return parse(doc)
 
 
-def toml_config(tmp: Path, devices: list[dict[str, Any]], extra: str = "", store: str = "store.db") -> Path:
+def toml_config(
+    tmp: Path, devices: list[dict[str, Any]], extra: str = "", store: str = "store.db", writer: str = ""
+) -> Path:
     lines = [
         "[bridge]",
         'id = "test-bridge"',
         'metrics = ""',
         "[store]",
         'path = "%s"' % (tmp / store),
+        'writer = "%s"' % writer if writer else "",
         "commit_interval = 0.02",
         "[polling]",
         "interval = 0.01",

@@ -53,8 +53,26 @@ def fleet():  # type: ignore[no-untyped-def]
     ft.close()
 
 
-def test_sigkill_mid_stream_then_restart_no_duplicate_no_gap(tmp_path: Path, fleet: FleetThread) -> None:
-    cfg = toml_config(tmp_path, fleet.fleet.describe())
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path("/proc/%d/task" % pid).iterdir():
+        out += [int(x) for x in (task / "children").read_text().split()]
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path("/proc/%d/stat" % pid).read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("writer", ["process", "thread"])
+def test_sigkill_mid_stream_then_restart_no_duplicate_no_gap(
+    tmp_path: Path, fleet: FleetThread, writer: str
+) -> None:
+    cfg = toml_config(tmp_path, fleet.fleet.describe(), writer=writer)
     db = tmp_path / "store.db"
     log = tmp_path / "bridge.log"
     total = 4 * 1500
@@ -62,8 +80,11 @@ def test_sigkill_mid_stream_then_restart_no_duplicate_no_gap(tmp_path: Path, fle
     try:
         wait_until(lambda: count_events(db) > 1000)
         time.sleep(0.3)
+        kids = children(p.pid)
+        assert len(kids) == (1 if writer == "process" else 0)  # the store writer process
         os.kill(p.pid, signal.SIGKILL)
         assert p.wait(timeout=10) == -signal.SIGKILL
+        wait_until(lambda: not any(alive(k) for k in kids), timeout=5)  # the writer died with it
     finally:
         if p.poll() is None:
             p.kill()

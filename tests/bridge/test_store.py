@@ -9,6 +9,7 @@ import pytest
 
 from leadwire.bridge.client import SEG_ARRIVAL, SEG_EVENT
 from leadwire.bridge.store import Batch, Store
+from leadwire.bridge.writer import StoreProcess
 
 from .helpers import query
 
@@ -112,3 +113,46 @@ def test_a_first_arrival_already_stored_becomes_a_counted_duplicate(tmp_path: Pa
     ]
     assert query(db, "SELECT offset FROM events ORDER BY offset") == [(3,), (4,), (5,)]
     assert query(db, "SELECT payload_bytes, frame_bytes FROM arrivals WHERE arrival=1") == [(2, 5)]
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_store_process_writes_what_the_store_writes(tmp_path: Path, kind: str) -> None:
+    """The writer process ([store] writer = "process") stores the same rows as Store on a thread,
+    conflict slow path included; its errors come back as exceptions; a dead writer fails the write."""
+    db = tmp_path / "s.db"
+    st: Store | StoreProcess = (
+        Store(str(db), "b") if kind == "thread" else StoreProcess(str(db), "b").wait_ready()
+    )
+    dev, state = st.register("d", "udp", "a")
+    assert (dev, state) == (1, None)
+    snap = (5, 1, 7, 1, 5, 3, 0, 0, "fw", "", "", '{"polls": 2}', dev)
+    rows = [event_row(1, 3), event_row(2, 4)]
+    assert (
+        st.write(Batch(segments=[(SEG_EVENT, rows)], devices=[snap], commit_us=9, arrivals=2, events=2)) == 0
+    )
+    assert st.write(Batch(segments=[(SEG_EVENT, [event_row(3, 4)])], devices=[snap], commit_us=10,
+                          arrivals=1, events=1)) == 1  # fmt: skip
+    dev2, state = st.register("d", "udp", "a")
+    assert (
+        dev2 == dev and state is not None and (state.n, state.arrival, state.counters) == (5, 3, {"polls": 2})
+    )
+    with pytest.raises(sqlite3.IntegrityError):  # a losses row with a NULL in a NOT NULL column
+        st.write(
+            Batch(losses=[(dev, 1, 7, 0, 0, 0, None, None, 0, None, 0, "")], devices=[snap], commit_us=11)
+        )
+    if isinstance(st, StoreProcess):
+        st.kill()
+        with pytest.raises((RuntimeError, OSError)):
+            st.write(Batch(devices=[snap], commit_us=12))
+    st.close()
+    assert query(db, "SELECT arrival, seq, duplicate FROM arrivals ORDER BY id") == [
+        (1, 3, 0),
+        (2, 4, 0),
+        (3, 4, 1),
+    ]
+    assert query(db, "SELECT COUNT(*) FROM losses") == [(0,)]
+
+
+def test_store_process_error_at_open_is_raised(tmp_path: Path) -> None:
+    with pytest.raises(sqlite3.OperationalError):
+        StoreProcess(str(tmp_path / "no" / "dir" / "s.db"), "b").wait_ready()
