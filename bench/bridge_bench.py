@@ -48,12 +48,22 @@ from leadwire.bridge.client import DeviceClient
 from leadwire.bridge.config import DeviceConfig, PollConfig, parse
 from leadwire.bridge.daemon import Bridge
 from leadwire.bridge.store import SEG_EVENT, Batch, Store, drain
+from leadwire.bridge.writer import StoreProcess
 from leadwire.tools.fleetsim import Fleet
 from leadwire.tools.simdevice import SimCore, VirtualRing, raise_nofile
 
 ROW_BATCH = 10_000
 PAYLOAD = 64  # bytes per event: 16 (generation time, device, number) + 48 of padding
 PER_ANSWER = (2047 - 3) // (3 + PAYLOAD)  # 30 events of 64 B in the largest answer
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of another process so far (Linux /proc)."""
+    try:
+        f = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[int], q: float) -> float:
@@ -180,7 +190,7 @@ def sqlite_store(tmp: Path, rows: int) -> float:
 
 
 def prepare(
-    store: Store, events: int, devices: int, signed: bool = False
+    store: Store | StoreProcess, events: int, devices: int, signed: bool = False
 ) -> tuple[list[DeviceClient], list[list[bytes]]]:
     """Clients past their handshake, and for each the answers its next polls will get (signed: each
     device has a key; the answers carry tags the client checks, in order)."""
@@ -222,13 +232,25 @@ def prepare(
 
 
 def pipeline(
-    tmp: Path, events: int, threaded: bool, devices: int = 100, signed: bool = False, stats: Any = None
+    tmp: Path,
+    events: int,
+    threaded: bool,
+    devices: int = 100,
+    signed: bool = False,
+    stats: Any = None,
+    process: bool = False,
 ) -> float:
     """Events/s through request -> encode (+ sign) -> decode + CRC (+ tag check) -> DeviceClient ->
-    Store.write."""
-    store = Store(fresh(tmp / "pipeline.db"), "bench", checkpoints=True)
+    Store.write (process: through the store writer process, from the store thread as in the daemon)."""
+    store: Store | StoreProcess
+    if process:
+        store = StoreProcess(fresh(tmp / "pipeline.db"), "bench").wait_ready()
+        threaded = True
+    else:
+        store = Store(fresh(tmp / "pipeline.db"), "bench", checkpoints=True)
     clients, work = prepare(store, events, devices, signed)
     writer = concurrent.futures.ThreadPoolExecutor(1) if threaded else None
+    wcpu0 = proc_cpu(store.proc.pid) if isinstance(store, StoreProcess) else 0.0
     pending: concurrent.futures.Future[int] | None = None
     base = sum(c.dc["events_stored"] for c in clients)
     total = 0
@@ -260,6 +282,8 @@ def pipeline(
     dt = time.perf_counter() - t0
     if stats is not None:  # CPU time of the process (all threads): less at the mercy of the load
         stats["cpu_us_per_event"] = (time.process_time() - c0) / max(1, total) * 1e6
+        wcpu = proc_cpu(store.proc.pid) - wcpu0 if isinstance(store, StoreProcess) else 0.0
+        stats["writer_cpu_us_per_event"] = wcpu / max(1, total) * 1e6
     if writer is not None:
         writer.shutdown()
     store.close()
@@ -271,11 +295,19 @@ def pipeline(
 
 
 async def live(
-    tmp: Path, name: str, fleet: Fleet, polling: dict[str, Any], warmup: float, seconds: float, commit: float
+    tmp: Path,
+    name: str,
+    fleet: Fleet,
+    polling: dict[str, Any],
+    warmup: float,
+    seconds: float,
+    commit: float,
+    writer: str = "process",
 ) -> dict[str, Any]:
     doc = {
         "bridge": {"id": "bench", "metrics": ""},
-        "store": {"path": fresh(tmp / (name + ".db")), "commit_interval": commit},
+        "store": {"path": fresh(tmp / (name + ".db")), "commit_interval": commit,
+                  **({"writer": writer} if writer != "process" else {})},
         "polling": polling,
             "device": [{"id": d["id"], "udp": d["udp"], "timestamp": "prefix_us",
                     **({"key": d["key"]} if "key" in d else {"auth": False})} for d in fleet.devices],
@@ -293,12 +325,15 @@ async def live(
     e0 = b.events_committed
     rt0, to0, p0, lost0 = totals()
     lat0 = len(b.latencies_us)
+    wpid = b.store.proc.pid if isinstance(b.store, StoreProcess) else 0
     cpu0 = time.process_time()
+    w0 = proc_cpu(wpid) if wpid else 0.0
     sim0 = fleet.cpu_seconds()
     t0 = time.perf_counter()
     await asyncio.sleep(seconds)
     dt = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
+    wcpu = proc_cpu(wpid) - w0 if wpid else 0.0
     sim = fleet.cpu_seconds() - sim0
     events = b.events_committed - e0
     rt1, to1, p1, lost1 = totals()
@@ -308,6 +343,7 @@ async def live(
     cs = b.clients.values()
     return {
         "devices": len(b.clients),
+        "writer": writer,
         "signed": signed and bool(cs),
         "auth_rejects": sum(c.dc["auth_forged"] + c.dc["auth_replayed"] + c.dc["auth_unsigned"] for c in cs),
         "auth_forged": sum(c.dc["auth_forged"] for c in cs),
@@ -321,8 +357,13 @@ async def live(
         "overrun_lost": lost1 - lost0,
         "latency_p50_ms": pct(lat, 0.50),
         "latency_p99_ms": pct(lat, 0.99),
-        "bridge_cpu_percent": 100.0 * cpu / dt,
+        "bridge_cpu_percent": 100.0 * cpu / dt,  # the bridge process (with its store thread, if any)
+        "writer_cpu_percent": 100.0 * wcpu / dt,  # the store writer process, if any
+        "total_cpu_percent": 100.0 * (cpu + wcpu) / dt,
         "bridge_cpu_us_per_event": cpu / max(1, events) * 1e6,
+        "total_cpu_us_per_event": (cpu + wcpu) / max(1, events) * 1e6,
+        "events_per_total_cpu_s": events / max(1e-9, cpu + wcpu),
+        "round_trips_per_bridge_cpu_s": (rt1 - rt0) / max(1e-9, cpu),
         "sim_cpu_percent": 100.0 * sim / dt,
     }
 
@@ -456,6 +497,8 @@ def main() -> int:
     ap.add_argument("--fleet-commit", type=float, default=0.1, help="commit_interval of the 10 Hz run (s)")
     ap.add_argument("--fleet-no-auth", action="store_true", help="the 10 Hz fleet with auth = false")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--writers", default="thread,process",
+                    help="store writers side by side in the live phases ([store] writer)")  # fmt: skip
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -491,6 +534,13 @@ def main() -> int:
                     r["pipeline_threaded_events_per_s"] = pipeline(tmp, rows, threaded=True)
                     r["pipeline_signed_events_per_s"] = pipeline(tmp, rows, False, signed=True, stats=ss)
                     r["pipeline_threaded_signed_events_per_s"] = pipeline(tmp, rows, True, signed=True)
+                    sp: dict[str, float] = {}
+                    r["pipeline_process_events_per_s"] = pipeline(tmp, rows, True, process=True, stats=sp)
+                    r["pipeline_process_signed_events_per_s"] = pipeline(
+                        tmp, rows, True, signed=True, process=True
+                    )
+                    r["pipeline_process_cpu_us_per_event"] = sp["cpu_us_per_event"]
+                    r["pipeline_process_writer_cpu_us_per_event"] = sp["writer_cpu_us_per_event"]
                     r["pipeline_cpu_us_per_event"] = su["cpu_us_per_event"]
                     r["pipeline_signed_cpu_us_per_event"] = ss["cpu_us_per_event"]
                 runs.append(r)
@@ -515,13 +565,27 @@ def main() -> int:
                 )
                 print("  bridge pipeline, store on its own thread (daemon):  ",
                       show(runs, "pipeline_threaded_events_per_s"))  # fmt: skip
+                print("  bridge pipeline, store writer process (daemon):     ",
+                      show(runs, "pipeline_process_events_per_s"))  # fmt: skip
+                res["pipeline_process_vs_thread"] = statistics.median(
+                    [r["pipeline_process_events_per_s"] / r["pipeline_threaded_events_per_s"] for r in runs]
+                )
+                print("  ratio writer process / store thread (events/s):     %.2f"
+                      % res["pipeline_process_vs_thread"])  # fmt: skip
+                print("  CPU us per event, writer process: bridge %s + writer %s"
+                      % (show(runs, "pipeline_process_cpu_us_per_event", "%.1f"),
+                         show(runs, "pipeline_process_writer_cpu_us_per_event", "%.1f")))  # fmt: skip
                 print("  the same, signed (auth: every request signed, every answer's tag checked):")
                 print("  bridge pipeline, one thread, signed:                ",
                       show(runs, "pipeline_signed_events_per_s"))  # fmt: skip
                 print("  bridge pipeline, store on its own thread, signed:   ",
                       show(runs, "pipeline_threaded_signed_events_per_s"))  # fmt: skip
-                for a, b in (("pipeline_signed_events_per_s", "pipeline_events_per_s"),
-                             ("pipeline_threaded_signed_events_per_s", "pipeline_threaded_events_per_s")):
+                print("  bridge pipeline, store writer process, signed:      ",
+                      show(runs, "pipeline_process_signed_events_per_s"))  # fmt: skip
+                for a, b in (
+                    ("pipeline_signed_events_per_s", "pipeline_events_per_s"),
+                    ("pipeline_threaded_signed_events_per_s", "pipeline_threaded_events_per_s"),
+                ):
                     res[a.replace("events_per_s", "ratio")] = statistics.median([r[a] / r[b] for r in runs])
                 print("  ratio signed / unsigned (events/s): one thread %.3f, threaded %.3f"
                       % (res["pipeline_signed_ratio"], res["pipeline_threaded_signed_ratio"]))  # fmt: skip
@@ -538,81 +602,173 @@ def main() -> int:
                 print(
                     "  ratio bridge pipeline (threaded) / SQLite plain:     %.2f" % res["pipeline_vs_sqlite"]
                 )
+                ratios = [r["pipeline_process_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
+                res["pipeline_process_vs_sqlite"] = statistics.median(ratios)
+                print("  ratio bridge pipeline (writer process) / SQLite:   %.2f"
+                      % res["pipeline_process_vs_sqlite"])  # fmt: skip
             sys.stdout.flush()
 
+        writers = args.writers.split(",")
         if "ingest" in only:
-            ing: list[dict[str, Any]] = []
-            ing_signed: list[dict[str, Any]] = []
-            for _ in range(args.repeat):  # unsigned and signed side by side, alternating
-                for signed, out in ((False, ing), (True, ing_signed)):
-                    with Fleet(args.ingest_devices, args.ingest_rate, capacity=16384, payload=PAYLOAD,
-                               auth=signed) as fleet:  # fmt: skip
-                        polling = {"batch": 255, "max_bytes": 2047, "interval": 0.02, "interval_min": 0.002,
-                                   "interval_max": 0.1, "timeout": 0.5}  # fmt: skip
-                        out.append(asyncio.run(live(tmp, "ingest", fleet, polling, 2.0, args.seconds, 0.05)))
-                    print("  ingest run (%s): %.0f events/s, bridge CPU %.0f%%, load %s"
-                          % ("signed" if signed else "unsigned", out[-1]["events_per_s"],
-                             out[-1]["bridge_cpu_percent"], loadavg()), flush=True)  # fmt: skip
-            res["ingest"] = ing
-            res["ingest_signed"] = ing_signed
-            res["ingest_signed_ratio"] = statistics.median(
-                [s_["events_per_s"] / u["events_per_s"] for s_, u in zip(ing_signed, ing, strict=True)]
-            )
-            res["ingest_signed_cpu_ratio"] = statistics.median(
-                [s_["bridge_cpu_us_per_event"] / u["bridge_cpu_us_per_event"]
-                 for s_, u in zip(ing_signed, ing, strict=True)]
-            )  # fmt: skip
+            ingest: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+            for _ in range(args.repeat):  # every variant once per repetition, interleaved
+                for writer in writers:
+                    for signed in (False, True):
+                        with Fleet(
+                            args.ingest_devices,
+                            args.ingest_rate,
+                            capacity=16384,
+                            payload=PAYLOAD,
+                            auth=signed,
+                        ) as fleet:
+                            polling = {
+                                "batch": 255,
+                                "max_bytes": 2047,
+                                "interval": 0.02,
+                                "interval_min": 0.002,
+                                "interval_max": 0.1,
+                                "timeout": 0.5,
+                            }
+                            r = asyncio.run(
+                                live(tmp, "ingest", fleet, polling, 2.0, args.seconds, 0.05, writer)
+                            )
+                        ingest.setdefault((writer, signed), []).append(r)
+                        print(
+                            "  ingest run (writer %s, %s): %.0f events/s, CPU bridge %.0f%% + writer %.0f%%,"
+                            " load %s"
+                            % (
+                                writer,
+                                "signed" if signed else "unsigned",
+                                r["events_per_s"],
+                                r["bridge_cpu_percent"],
+                                r["writer_cpu_percent"],
+                                loadavg(),
+                            ),
+                            flush=True,
+                        )
+            res["ingest"] = {
+                "%s_%s" % (w, "signed" if s_ else "unsigned"): v for (w, s_), v in ingest.items()
+            }
             offered = args.ingest_devices * args.ingest_rate
             print(
-                "live ingest: %d devices x %.0f ev/s of %d B offered (%.0f/s) -> committed %s events/s"
-                % (args.ingest_devices, args.ingest_rate, PAYLOAD, offered, show(ing, "events_per_s"))
+                "live ingest: %d devices x %.0f ev/s of %d B offered (%.0f/s), committed:"
+                % (args.ingest_devices, args.ingest_rate, PAYLOAD, offered)
             )
-            print(
-                "  p50 %s ms, p99 %s ms generation -> commit; overrun lost %d; CPU bridge %s%%, sim %s%%"
-                % (show(ing, "latency_p50_ms", "%.1f"), show(ing, "latency_p99_ms", "%.1f"),
-                   sum(r["overrun_lost"] for r in ing), show(ing, "bridge_cpu_percent"),
-                   show(ing, "sim_cpu_percent")),
-                flush=True,
-            )  # fmt: skip
-            print(
-                "  signed (auth on, every frame): committed %s events/s, p50 %s ms, p99 %s ms, CPU bridge"
-                " %s%%, sim %s%%; auth rejects %d; ratio signed / unsigned %.3f (events/s)\n"
-                "  bridge CPU us per committed event: unsigned %s, signed %s; ratio signed / unsigned %.3f"
-                % (show(ing_signed, "events_per_s"), show(ing_signed, "latency_p50_ms", "%.1f"),
-                   show(ing_signed, "latency_p99_ms", "%.1f"), show(ing_signed, "bridge_cpu_percent"),
-                   show(ing_signed, "sim_cpu_percent"), sum(r["auth_rejects"] for r in ing_signed),
-                   res["ingest_signed_ratio"], show(ing, "bridge_cpu_us_per_event", "%.1f"),
-                   show(ing_signed, "bridge_cpu_us_per_event", "%.1f"), res["ingest_signed_cpu_ratio"]),
-                flush=True,
-            )  # fmt: skip
-
-        if "fleet" in only:
-            fl = []
-            for _ in range(args.repeat):
-                with Fleet(args.fleet_devices, args.fleet_rate, capacity=1024, payload=PAYLOAD,
-                           auth=not args.fleet_no_auth) as fleet:  # fmt: skip
-                    polling = {"adaptive": False, "interval": 0.1, "interval_min": 0.1, "interval_max": 0.1,
-                               "batch": 64, "timeout": 0.5}  # fmt: skip
-                    fl.append(
-                        asyncio.run(live(tmp, "fleet", fleet, polling, 3.0, args.seconds, args.fleet_commit))
-                    )
+            for (writer, signed), ing in ingest.items():
                 print(
-                    "  10 Hz run: %.2f Hz/device, load %s" % (fl[-1]["polls_per_device_per_s"], loadavg()),
+                    "  writer %-7s %-8s %s events/s; p50 %s ms, p99 %s ms generation -> commit; overrun lost"
+                    " %d; CPU bridge %s%% + writer %s%%, sim %s%%; per CPU-second (bridge + writer) %s"
+                    " events;"
+                    " auth rejects %d"
+                    % (
+                        writer,
+                        "signed" if signed else "unsigned",
+                        show(ing, "events_per_s"),
+                        show(ing, "latency_p50_ms", "%.1f"),
+                        show(ing, "latency_p99_ms", "%.1f"),
+                        sum(r["overrun_lost"] for r in ing),
+                        show(ing, "bridge_cpu_percent"),
+                        show(ing, "writer_cpu_percent"),
+                        show(ing, "sim_cpu_percent"),
+                        show(ing, "events_per_total_cpu_s"),
+                        sum(r["auth_rejects"] for r in ing),
+                    ),
                     flush=True,
                 )
-            res["fleet_10hz"] = fl
+            for signed in (False, True):
+                if ("thread", signed) in ingest and ("process", signed) in ingest:
+                    a, b = ingest[("process", signed)], ingest[("thread", signed)]
+                    k = "ingest_process_vs_thread_%s" % ("signed" if signed else "unsigned")
+                    res[k] = statistics.median(
+                        [x["events_per_s"] / y["events_per_s"] for x, y in zip(a, b, strict=True)]
+                    )
+                    res[k + "_per_cpu"] = statistics.median(
+                        [
+                            x["events_per_total_cpu_s"] / y["events_per_total_cpu_s"]
+                            for x, y in zip(a, b, strict=True)
+                        ]
+                    )
+                    print(
+                        "  ratio writer process / thread (%s): events/s %.2f, events per CPU-second %.2f"
+                        % ("signed" if signed else "unsigned", res[k], res[k + "_per_cpu"])
+                    )
+            for writer in writers:
+                if (writer, False) in ingest and (writer, True) in ingest:
+                    a, b = ingest[(writer, True)], ingest[(writer, False)]
+                    print(
+                        "  ratio signed / unsigned (writer %s): events/s %.2f, CPU per event %.2f"
+                        % (
+                            writer,
+                            statistics.median(
+                                [x["events_per_s"] / y["events_per_s"] for x, y in zip(a, b, strict=True)]
+                            ),
+                            statistics.median(
+                                [
+                                    x["total_cpu_us_per_event"] / y["total_cpu_us_per_event"]
+                                    for x, y in zip(a, b, strict=True)
+                                ]
+                            ),
+                        )
+                    )
+
+        if "fleet" in only:
+            fleet_runs: dict[str, list[dict[str, Any]]] = {}
+            for _ in range(args.repeat):
+                for writer in writers:
+                    with Fleet(
+                        args.fleet_devices,
+                        args.fleet_rate,
+                        capacity=1024,
+                        payload=PAYLOAD,
+                        auth=not args.fleet_no_auth,
+                    ) as fleet:
+                        polling = {
+                            "adaptive": False,
+                            "interval": 0.1,
+                            "interval_min": 0.1,
+                            "interval_max": 0.1,
+                            "batch": 64,
+                            "timeout": 0.5,
+                        }
+                        r = asyncio.run(
+                            live(tmp, "fleet", fleet, polling, 3.0, args.seconds, args.fleet_commit, writer)
+                        )
+                    fleet_runs.setdefault(writer, []).append(r)
+                    print(
+                        "  10 Hz run (writer %s): %.2f Hz/device, CPU bridge %.0f%% + writer %.0f%%, load %s"
+                        % (
+                            writer,
+                            r["polls_per_device_per_s"],
+                            r["bridge_cpu_percent"],
+                            r["writer_cpu_percent"],
+                            loadavg(),
+                        ),
+                        flush=True,
+                    )
+            res["fleet_10hz"] = fleet_runs
             print(
-                "10 Hz fleet (%s): %d devices x %.0f ev/s, fixed 100 ms -> %s polls/s per device"
-                " (%s answers/s)"
-                % ("unsigned" if args.fleet_no_auth else "signed", args.fleet_devices, args.fleet_rate,
-                   show(fl, "polls_per_device_per_s", "%.2f"), show(fl, "round_trips_per_s"))
-            )  # fmt: skip
-            print(
-                "  timeouts %s, %s events/s; p99 %s ms generation -> commit; CPU: bridge %s%%, simulator %s%%"
-                % (show(fl, "timeouts"), show(fl, "events_per_s"), show(fl, "latency_p99_ms", "%.1f"),
-                   show(fl, "bridge_cpu_percent"), show(fl, "sim_cpu_percent")),
-                flush=True,
-            )  # fmt: skip
+                "10 Hz fleet (%s): %d devices x %.0f ev/s, fixed 100 ms:"
+                % ("unsigned" if args.fleet_no_auth else "signed", args.fleet_devices, args.fleet_rate)
+            )
+            for writer, fl in fleet_runs.items():
+                print(
+                    "  writer %-7s %s polls/s per device (%s answers/s), timeouts %s, %s events/s; p99 %s ms"
+                    " generation -> commit; CPU: bridge %s%% + writer %s%%, simulator %s%%; round trips per"
+                    " bridge CPU-second %s"
+                    % (
+                        writer,
+                        show(fl, "polls_per_device_per_s", "%.2f"),
+                        show(fl, "round_trips_per_s"),
+                        show(fl, "timeouts"),
+                        show(fl, "events_per_s"),
+                        show(fl, "latency_p99_ms", "%.1f"),
+                        show(fl, "bridge_cpu_percent"),
+                        show(fl, "writer_cpu_percent"),
+                        show(fl, "sim_cpu_percent"),
+                        show(fl, "round_trips_per_bridge_cpu_s"),
+                    ),
+                    flush=True,
+                )
 
     if "authcost" in only:
         res["auth_cost"] = [auth_cost(events=k) for k in (PER_ANSWER, 1)]
