@@ -50,7 +50,6 @@ TO_DEVICE = const(0)
 TO_HOST = const(1)
 KEY_MIN = const(16)
 KEY_MAX = const(64)
-PENDING = const(4)  # host: a late answer to one of the last PENDING unanswered HELLO requests is stale
 
 # what accept() found (besides wire.OK / E_AUTH / E_REPLAY / E_UNSIGNED)
 HINT = const(-1)  # a device's boot HELLO: proof of the key, not of freshness (ask for a HELLO)
@@ -58,16 +57,10 @@ HINT = const(-1)  # a device's boot HELLO: proof of the key, not of freshness (a
 
 def parse_key(text):
     """A key given as hex (32..128 digits: 16..64 bytes) -> bytes; ValueError naming the problem,
-    never the key."""
-    t = text.strip() if isinstance(text, str) else ""
-    if len(t) % 2 or not KEY_MIN * 2 <= len(t) <= KEY_MAX * 2:
-        raise ValueError("a key is 32..128 hex digits (16..64 bytes)")
-    if t.lstrip("0123456789abcdefABCDEF"):  # int(.., 16) alone takes "+f" (a board refuses it)
-        raise ValueError("a key is hex digits only")
-    try:
-        return bytes(int(t[i : i + 2], 16) for i in range(0, len(t), 2))
-    except ValueError:
-        raise ValueError("a key is hex digits only")
+    never the key. (Host side: auth_host.py; a board never loads it.)"""
+    from leadwire import auth_host
+
+    return auth_host.parse_key(text)
 
 
 class Key:
@@ -129,7 +122,7 @@ class Endpoint:
         self.boot = bytearray(13)  # the device's boot HELLO: (1, E, 0)
         self.boot[0] = TO_HOST
         self.has_old = 0
-        self.prev = bytearray(4 * PENDING)  # host: nonces of unanswered HELLO requests before the last
+        self.prev = None  # host: nonces of unanswered HELLO requests before the last (auth_host)
         self.asked = 0  # host: a HELLO request is out (its nonce in rx)
         self.n_prev = 0  # how many of them (the newest first)
         self.old_hi = 0  # the previous session's highest counter
@@ -281,64 +274,19 @@ class Endpoint:
         _put32(self.boot, 1, epoch_hi, epoch_lo)
         return self._sign(buf, n, self.boot, 0, 0, 0)
 
-    # -- the host's end ---------------------------------------------------------------------------
+    # -- the host's end: auth_host.py (a board never loads it) ------------------------------------
 
     def host_sign_hello(self, buf, n):
         """Sign the HELLO request in buf[:n] (its seq is the nonce H, fresh for each request; the
         host must draw it at random) in the zero context; the answer is expected under H."""
-        if self.live:
-            self._keep_old()
-        elif self.asked:  # the request before went unanswered: a late answer to it is stale, not forged
-            for i in range(4 * PENDING - 1, 3, -1):
-                self.prev[i] = self.prev[i - 4]
-            for i in range(4):
-                self.prev[i] = self.rx[5 + i]
-            self.n_prev = min(self.n_prev + 1, PENDING)
-        self.asked = 1
-        for i in range(4):
-            self.rx[5 + i] = buf[6 + i]
-        self.live = 0
-        return self._sign(buf, n, self.zero, 0, 0, 0)
+        from leadwire import auth_host
+
+        return auth_host.sign_hello(self, buf, n)
 
     def host_hello(self, buf, n):
         """A device's HELLO in buf[:n] (wire.check passed). wire.OK: the answer to our request
         (a new session: sign_into may be used now); HINT: a boot HELLO (right key, session 0:
         start a handshake); E_UNSIGNED / E_AUTH / E_REPLAY (counted)."""
-        if not (buf[1] >> 4) & wire.F_AUTH:
-            self.unsigned += 1
-            return wire.E_UNSIGNED
-        p = n - wire.CRC_SIZE - AUTH_SIZE  # end of payload; the session K is its last 4 bytes
-        if p - 4 < wire.HEADER_SIZE:
-            self.forged += 1
-            return wire.E_AUTH
-        k = buf[p - 4] | buf[p - 3] | buf[p - 2] | buf[p - 1]
-        ctx = bytearray(13)
-        ctx[0] = TO_HOST
-        for i in range(4):
-            ctx[1 + i] = buf[6 + i]  # E, from the frame
-            if k:
-                ctx[5 + i] = self.rx[5 + i]  # H, ours
-        c = (buf[p] << 8) | buf[p + 1]
-        if not self._tag_ok(ctx, buf, n, 0, c):
-            if k and self.has_old and self._tag_ok(self.old, buf, n, 0, c):
-                self.replayed += 1
-                return wire.E_REPLAY
-            for j in range(self.n_prev if k else 0):
-                for i in range(4):
-                    ctx[5 + i] = self.prev[4 * j + i]
-                if self._tag_ok(ctx, buf, n, 0, c):
-                    self.replayed += 1  # the late answer to a HELLO request we had sent again
-                    return wire.E_REPLAY
-            self.forged += 1
-            return wire.E_AUTH
-        if not k:
-            return HINT
-        if self.live or c:
-            self.replayed += 1  # a second copy of the answer (duplicated on the way)
-            return wire.E_REPLAY
-        self._session()
-        for i in range(4):
-            self.rx[1 + i] = buf[6 + i]
-            self.tx[1 + i] = buf[6 + i]
-            self.tx[5 + i] = buf[p - 4 + i]
-        return wire.OK
+        from leadwire import auth_host
+
+        return auth_host.hello(self, buf, n)

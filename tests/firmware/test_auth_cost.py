@@ -30,6 +30,8 @@ def run_costs(tmp: Path, rounds: int = 200) -> tuple[list[str], dict[str, tuple[
     build("unix", tmp)
     mpy_cross(ROOT / "tests" / "mpy" / "core_runner.py", tmp / "core_runner.mpy")
     mpy_cross(ROOT / "tests" / "firmware" / "auth_runner.py", tmp / "auth_runner.mpy")
+    # the runner plays the host too (a board has no auth_host: it never makes a HELLO request)
+    mpy_cross(ROOT / "shared" / "leadwire" / "auth_host.py", tmp / "leadwire" / "auth_host.mpy")
     r = subprocess.run(
         [micropython_exe(), "-X", "heapsize=128K", "-m", "auth_runner", str(rounds)],
         cwd=tmp,
