@@ -110,7 +110,8 @@ _SNUM = const(4)
 _SBUF = const(5)
 
 
-# lwauth.link(): verify, sign_into, device_hello, device_sign_hello, rejects, epoch hi, epoch lo
+# lwauth.link(): verify, sign_into, device_hello, device_sign_hello, rejects, epoch hi, epoch lo,
+# endpoint, hint
 _AVER = const(0)
 _ASIGN = const(1)
 _AHELLO = const(2)
@@ -118,6 +119,7 @@ _ASHELLO = const(3)
 _AREJ = const(4)
 _AEH = const(5)
 _AEL = const(6)
+_AHINT = const(8)
 
 
 def _send(L, b, n, a):
@@ -206,7 +208,11 @@ class Agent:
             self.h[_DROP] += _send(L, tx, m, a)
             return
         elif A[_AVER](b, n):
-            return  # forged, replayed or unsigned: counted by the endpoint, not answered
+            # forged, replayed or unsigned: counted by the endpoint, not answered; but a board
+            # with no session yet (a new boot) says so with its boot HELLO, rate-limited
+            if A[_AHINT]():
+                self._boot_hello(L, a)
+            return
         else:
             n -= 8  # auth.AUTH_SIZE: the frame as if unsigned (the checks below use n)
         if t == wire.POLL and (n == 16 or n == 17):
@@ -334,17 +340,20 @@ class Agent:
                 del L[_OWN][f.message_id]
         L[_NEXT] = time.ticks_add(now, L[_GAP])
 
+    def _boot_hello(self, L, a):
+        A = L[_EP]
+        m = len(L[_HELLO])
+        if A is None:
+            self.h[_DROP] += _send(L, L[_HELLO], m, a)
+        else:  # signed with session K = 0: a hint to the host to start a handshake
+            tx = L[_TX]
+            copy_into(tx, 0, L[_HELLO], 0, m)
+            self.h[_DROP] += _send(L, tx, A[_ASHELLO](tx, m, A[_AEH], A[_AEL]), a)
+
     async def io(self):
         for L in self.links:
             if not L[_UDP] or L[_PEER]:  # HELLO after boot
-                A = L[_EP]
-                m = len(L[_HELLO])
-                if A is None:
-                    _send(L, L[_HELLO], m, L[_PEER])
-                else:  # signed with session K = 0: a hint to the host to start a handshake
-                    tx = L[_TX]
-                    copy_into(tx, 0, L[_HELLO], 0, m)
-                    _send(L, tx, A[_ASHELLO](tx, m, A[_AEH], A[_AEL]), L[_PEER])
+                self._boot_hello(L, L[_PEER])
         h = self.h
         while True:
             busy = 0

@@ -8,6 +8,8 @@
 # past a qstr pool's end, for a new 3.6 KB pool: measured, the push sessions then ran out of heap).
 # So the endpoint is reached through a list of bound methods made here; lwagent indexes it with
 # const() names, which cost nothing.
+import time
+
 from leadwire.auth import TO_HOST, Endpoint, Key
 
 
@@ -22,9 +24,21 @@ def setup(k, ring, links):
 
 def link(key, hi, lo):
     """One link's auth: [verify, sign_into, device_hello, device_sign_hello, rejects, epoch hi,
-    epoch lo, endpoint] (lwagent's _A* indexes). key: an auth.Key (one for all links)."""
+    epoch lo, endpoint, hint] (lwagent's _A* indexes). key: an auth.Key (one for all links)."""
     ep = Endpoint(key, TO_HOST)
-    return [ep.verify, ep.sign_into, ep.device_hello, ep.device_sign_hello, rejects, hi, lo, ep]
+    last = [time.ticks_add(time.ticks_ms(), -1000)]
+
+    def hint():
+        # A refused frame and no session yet: this boot has not met the host. Its polls are for the
+        # boot before, so tell it with the boot HELLO (a hint: it starts a handshake at once instead
+        # of after its timeouts); at most every 250 ms, so refused frames cannot make a flood.
+        now = time.ticks_ms()
+        if ep.live or time.ticks_diff(now, last[0]) < 250:
+            return 0
+        last[0] = now
+        return 1
+
+    return [ep.verify, ep.sign_into, ep.device_hello, ep.device_sign_hello, rejects, hi, lo, ep, hint]
 
 
 def rejects(links, h):

@@ -190,6 +190,42 @@ def test_every_refused_frame_is_counted_exactly(tmp_path: Path) -> None:
             c.close()
 
 
+def test_a_new_boot_answers_a_refused_poll_with_its_boot_hello_rate_limited(tmp_path: Path) -> None:
+    """After a power cut the host still polls in the old boot's session; the new boot refuses those
+    polls, and says at once that it is new (its boot HELLO, a hint), at most every 250 ms; once a
+    session exists, refused frames get no answer."""
+    with start_board("udp", key="auto", config=CFG, board_dir=tmp_path) as b:
+        assert b.address is not None and b.key is not None
+        c = AuthClient(UdpLink(b.address), b.key)
+        try:
+            assert c.handshake().session == 1
+            old = [c.sign(_poll(c)) for _ in range(6)]
+        finally:
+            c.close()
+        b.restart()
+        assert b.address is not None
+        c = AuthClient(UdpLink(b.address), b.key)
+        c.ep = auth.Endpoint(bytes.fromhex(b.key), auth.TO_DEVICE)
+        try:
+            c.quiet(0.3)  # nothing is owed to us yet
+            t0 = time.monotonic()
+            for p in old[:5]:  # five refused polls at once: one hint
+                c.send(p)
+            hint = c.recv(1.0, (wire.HELLO,))
+            assert hint is not None and time.monotonic() - t0 < 1.0
+            h = messages.decode_hello(hint)
+            assert (h.session, h.boots) == (0, 2)  # a boot HELLO: session 0, the second boot
+            assert [f for f in c.quiet(0.15) if f[0] & 0x1F == wire.HELLO] == []
+            time.sleep(0.3)
+            c.send(old[5])  # later than 250 ms: hinted again
+            assert c.recv(1.0, (wire.HELLO,)) is not None
+            assert c.handshake().session == 1
+            c.send(old[0])  # a session exists: refused without a word
+            _none_of(c, (wire.HELLO, *POLL_ANSWERS))
+        finally:
+            c.close()
+
+
 def test_serial_boot_hello_is_a_hint_and_notify_resends_are_signed_each(tmp_path: Path) -> None:
     cfg = {**CFG, "serial": {"frame": 128}}
     with start_board("serial", key="auto", config=cfg, board_dir=tmp_path) as b:
