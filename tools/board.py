@@ -150,7 +150,13 @@ def _load_config(config: dict[str, Any] | str | Path | None) -> dict[str, Any]:
         return {}
     if isinstance(config, dict):
         return json.loads(json.dumps(config))
-    return dict(json.loads(Path(config).read_text()))
+    try:
+        cfg = json.loads(Path(config).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError("config %s: not valid JSON: %s" % (config, e)) from None
+    if not isinstance(cfg, dict):
+        raise ValueError("config %s: a JSON object is needed" % config)
+    return cfg
 
 
 class VirtualBoard:
@@ -373,7 +379,7 @@ def start_board(
         try:
             board.power_on(timeout)
         except BoardError as e:
-            if "udp: cannot open (port %d)" % port in str(e) and attempt + 1 < tries:
+            if port is not None and "udp: cannot open (port %d)" % port in str(e) and attempt + 1 < tries:
                 continue  # the free port was taken in between: another one
             if relay is not None:
                 relay.close()
@@ -384,12 +390,19 @@ def start_board(
     raise BoardError("no free UDP port")  # pragma: no cover
 
 
+def _heap_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]*[KkMm]?", value or ""):
+        raise click.BadParameter("a size such as 64K, 256K or 1M, got %r" % value)
+    return value
+
+
 @click.command()
 @click.option("--transport", type=click.Choice(TRANSPORTS), default="udp", show_default=True)
-@click.option("--heap", default="64K", show_default=True, help="MicroPython heap size (a board's RAM).")
+@click.option("--heap", default="64K", show_default=True, callback=_heap_size,
+              help="MicroPython heap size (a board's RAM), e.g. 64K.")
 @click.option("--config", type=click.Path(exists=True, dir_okay=False), help="Device config (JSON).")
 @click.option("--dir", "board_dir", type=click.Path(file_okay=False), help="Board directory (its flash).")
-@click.option("--port", "udp_port", type=int, help="UDP port (default: a free one).")
+@click.option("--port", "udp_port", type=click.IntRange(1, 65535), help="UDP port (default: a free one).")
 @click.option("--no-build", is_flag=True, help="Run the firmware already in --dir (after `leadwire flash`).")
 @click.option(
     "--key",

@@ -148,10 +148,21 @@ def flash(
         click.echo("compiled %d files, %d bytes" % (len(items), total))
         for i, s in enumerate(steps, 1):
             click.echo("[%d/%d] %s" % (i, len(steps), ("make directories", "copy files", "reset")[i - 1]))
-            r = subprocess.run(s, timeout=300)
-            if r.returncode != 0 and not (kind == "unix" and i == len(steps)):
+            # mpremote's output (both streams) goes to stdout as progress; a failure is one line on
+            # stderr naming the port, the step and mpremote's last words
+            said = ""
+            with subprocess.Popen(s, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    click.echo(line, nl=False)
+                    said = line.strip() or said
+                code = proc.wait(timeout=300)
+            if code != 0 and not (kind == "unix" and i == len(steps)):
                 # the unix board's "reset" ends its interpreter: mpremote then reports the lost port
-                raise click.ClickException("mpremote failed (exit %d): %s" % (r.returncode, shlex.join(s)))
+                raise click.ClickException(
+                    "cannot reach the board on %s (mpremote, step %d of %d, exit %d): %s"
+                    % (port, i, len(steps), code, said or "no output")
+                )
         click.echo("flashed %s: %d files + config.json" % (port, len(items)))
         if shown is not None:
             # the operator's secret, shown once: the line for this device in the bridge config
