@@ -8,7 +8,11 @@ whether the Spark summary matches the injected ground truth.
     .venv/bin/python bench/fleet_bench.py                 # 1M and 10M rows
     .venv/bin/python bench/fleet_bench.py --rows 1000000  # one size
 
-JVM start-up is timed separately and not included in the Spark time.
+JVM start-up is timed separately and not included in the Spark time. The Spark time includes
+reading the export, every table collected to the driver and written as Parquet + CSV (no HTML
+report); the DuckDB time includes reading the export and building the same tables in memory. The
+machine's 1-minute load average is printed next to each time: on a shared machine the absolute
+times move with it, the ratio less.
 """
 
 from __future__ import annotations
@@ -57,12 +61,14 @@ def one(rows: int, out: str, spark: Any, threads: int) -> dict[str, Any]:
     t = time.monotonic()
     summary = run_job(export, result, spark, report=False, progress=True)
     spark_s = time.monotonic() - t
-    print("[bench] spark job %.1fs" % spark_s, flush=True)
+    spark_load = os.getloadavg()[0]
+    print("[bench] spark job %.1fs (load average %.1f)" % (spark_s, spark_load), flush=True)
 
     t = time.monotonic()
     want = run_oracle(export, threads=threads)
     duck_s = time.monotonic() - t
-    print("[bench] duckdb oracle %.1fs" % duck_s, flush=True)
+    duck_load = os.getloadavg()[0]
+    print("[bench] duckdb oracle %.1fs (load average %.1f)" % (duck_s, duck_load), flush=True)
 
     got = {n: pd.read_parquet(os.path.join(result, "parquet", n + ".parquet")) for n in TABLE_ORDER}
     diffs = compare_tables(got, want, TABLE_ORDER)
@@ -77,6 +83,8 @@ def one(rows: int, out: str, spark: Any, threads: int) -> dict[str, Any]:
         "spark_s": spark_s,
         "duckdb_s": duck_s,
         "ratio": spark_s / duck_s,
+        "spark_load": spark_load,
+        "duck_load": duck_load,
         "equal": not diffs,
         "diffs": diffs,
         "truth_ok": not truth_diffs,
@@ -108,11 +116,14 @@ def main() -> int:
     finally:
         spark.stop()
     print()
-    print("%12s %10s %10s %8s %7s %7s" % ("rows", "spark s", "duckdb s", "ratio", "equal", "truth"))
+    print(
+        "%12s %10s %10s %8s %7s %7s %11s"
+        % ("rows", "spark s", "duckdb s", "ratio", "equal", "truth", "load s/d")
+    )
     ok = True
     for r in results:
         print(
-            "%12d %10.1f %10.1f %8.2f %7s %7s"
+            "%12d %10.1f %10.1f %8.2f %7s %7s %5.1f/%-5.1f"
             % (
                 r["rows"],
                 r["spark_s"],
@@ -120,6 +131,8 @@ def main() -> int:
                 r["ratio"],
                 "yes" if r["equal"] else "NO",
                 "yes" if r["truth_ok"] else "NO",
+                r["spark_load"],
+                r["duck_load"],
             )
         )
         for d in r["diffs"][:20] + r["truth_diffs"]:
