@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from leadwire import auth, codec, messages, wire
+from leadwire import auth, auth_host, codec, messages, wire
 from leadwire.bridge.client import AUTH_REJECTS, ClientState, DeviceClient
 from leadwire.bridge.config import DeviceConfig, PollConfig
 from leadwire.tools.simdevice import SimCore
@@ -214,15 +214,15 @@ def test_late_hello_answers_after_retries_are_stale_not_forged() -> None:
     """auth.py fix (PENDING): a HELLO answer that arrives after the host asked again (new nonce)
     was counted as forged; a lossy or slow link made 'attacks' out of nothing."""
     cl, core, d = make_client(key=KEY, capacity=64, start=1)
-    for _ in range(auth.PENDING):
+    for _ in range(auth_host.PENDING):
         d.exchange(hold=True)  # HELLO answered, the answer late: timeout, a new HELLO
-    assert len(d.held) == auth.PENDING and cl.epoch is None
+    assert len(d.held) == auth_host.PENDING and cl.epoch is None
     d.exchange()  # answered: session PENDING + 1; then the held answers arrive
     assert cl.auth is not None and cl.auth.live and cl.epoch == core.epoch
-    assert rejects(cl) == (0, auth.PENDING, 0)
+    assert rejects(cl) == (0, auth_host.PENDING, 0)
     core.write_events(3)
     d.drain()
-    assert len(cl.out_events) == 3 and rejects(cl) == (0, auth.PENDING, 0)
+    assert len(cl.out_events) == 3 and rejects(cl) == (0, auth_host.PENDING, 0)
 
 
 def test_duplicated_and_late_answers_on_the_line_count_no_forgery() -> None:
