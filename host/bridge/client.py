@@ -503,7 +503,17 @@ class DeviceClient:
         offs, chs, datas = zip(*evs, strict=True)
         lead_of = self.lead.lead
         sender = self.device_id
-        leads = [lead_of(sender, EVENT_LEAD_CHANNEL, off) for off in offs]
+        # the offsets of a batch are consecutive (the core numbers them from the frame's seq): when the
+        # first one leads (>= 1), every next one has lead 1 and the tracker ends at the last one, so
+        # two calls instead of one per event; a late first one (lead <= 0) left the tracker as it was
+        first = lead_of(sender, EVENT_LEAD_CHANNEL, offs[0])
+        if first >= 1:
+            leads = [1] * n
+            leads[0] = first
+            if n > 1:
+                lead_of(sender, EVENT_LEAD_CHANNEL, offs[-1])
+        else:
+            leads = [first] + [lead_of(sender, EVENT_LEAD_CHANNEL, off) for off in offs[1:]]
         a0 = self.arrival
         self.arrival = a0 + n
         # frame_bytes = record (3 + data) + the frame's overhead on the first record of the batch
