@@ -61,6 +61,8 @@ class StoreProcess:
                  str(theirs.fileno()), path, bridge_id, str(os.getpid())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
+                # the same leadwire as the bridge's, whatever put it on the bridge's path
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)},
             )  # fmt: skip
         except BaseException:
             mine.close()
