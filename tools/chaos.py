@@ -662,7 +662,7 @@ def run(opts: ChaosOptions, say: Say = _stderr) -> ChaosResult:
     from leadwire.tools.board import VirtualBoard, start_board
     from leadwire.tools.netem import SerialImpairer, UdpImpairer, in_thread
 
-    out = opts.out
+    out = opts.out.resolve()  # absolute: the bridge reads paths relative to its config file
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("store.db", "store.db-wal", "store.db-shm", "bridge.log"):
         with contextlib.suppress(FileNotFoundError):

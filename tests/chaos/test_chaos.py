@@ -54,17 +54,19 @@ def test_chaos_short_run_accounts_for_every_event(tmp_path: Path) -> None:
     assert res.pids and not [p for p in res.pids if alive(p)]
 
 
-def test_checker_catches_silent_loss_duplicates_and_corruption(tmp_path: Path) -> None:
+def test_checker_catches_silent_loss_duplicates_and_corruption(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The checker on a doctored store: it must see what it is there to see."""
     import shutil
     import sqlite3
 
     from leadwire.tools.chaos import Trace
 
-    # a small run without faults gives a real store and real records
-    opts = ChaosOptions(
-        out=tmp_path / "run", boards=default_boards(1), seconds=4, board_kills=0, bridge_kills=0
-    )
+    # a small run without faults gives a real store and real records (--out relative to the current
+    # directory, as `leadwire chaos` takes it; the bridge reads its store path relative to its config)
+    monkeypatch.chdir(tmp_path)
+    opts = ChaosOptions(out=Path("run"), boards=default_boards(1), seconds=4, board_kills=0, bridge_kills=0)
     res = run(opts, say=print)
     assert res.ok and res.total.stored > 100
     db = tmp_path / "doctored.db"
