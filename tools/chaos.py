@@ -882,16 +882,19 @@ def report(res: ChaosResult) -> str:
 
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False), default="chaos-out", show_default=True)
-@click.option("--boards", type=int, default=3, show_default=True, help="Virtual boards (UDP, serial, ...).")
-@click.option("--hz", type=int, default=100, show_default=True, help="Sensor rate per board.")
-@click.option("--seconds", type=float, default=60.0, show_default=True)
-@click.option("--events", type=int, default=0, help="Generate this many events instead of --seconds.")
-@click.option("--board-kills", type=int, default=2, show_default=True)
-@click.option("--bridge-kills", type=int, default=2, show_default=True)
-@click.option("--loss", type=float, default=0.10, show_default=True)
-@click.option("--dup", type=float, default=0.05, show_default=True)
-@click.option("--reorder", type=float, default=0.05, show_default=True)
-@click.option("--corrupt", type=float, default=0.01, show_default=True)
+@click.option("--boards", type=click.IntRange(1, 16), default=3, show_default=True,
+              help="Virtual boards (UDP, serial, ...).")
+@click.option("--hz", type=click.IntRange(1, 100000), default=100, show_default=True,
+              help="Sensor rate per board.")
+@click.option("--seconds", type=click.FloatRange(1, 86400), default=60.0, show_default=True)
+@click.option("--events", type=click.IntRange(0), default=0,
+              help="Generate this many events instead of --seconds.")
+@click.option("--board-kills", type=click.IntRange(0), default=2, show_default=True)
+@click.option("--bridge-kills", type=click.IntRange(0), default=2, show_default=True)
+@click.option("--loss", type=click.FloatRange(0, 1), default=0.10, show_default=True)
+@click.option("--dup", type=click.FloatRange(0, 1), default=0.05, show_default=True)
+@click.option("--reorder", type=click.FloatRange(0, 1), default=0.05, show_default=True)
+@click.option("--corrupt", type=click.FloatRange(0, 1), default=0.01, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option(
     "--auth/--no-auth", default=True, show_default=True, help="Per-device keys, every frame signed."
