@@ -43,7 +43,6 @@ from leadwire.framing import encode_into
 
 _RX = const(136)  # largest frame accepted (a SUBSCRIBE of up to 115 channels, signed)
 _BURST = const(32)  # most answer frames one POLL may ask for (wire fragment index 0..31)
-_FAST = const(200)  # events per pass of a sensor with hz 0 (as fast as it can: benchmarks)
 # settings (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
 _TICK = const(2)
 _HCH = const(3)
@@ -175,6 +174,18 @@ class Agent:
                     s[_END] = e
                     if not s[_EVERY] and not s[_K] and not L[_Q].closing:
                         self._post(L, s, s[_BODY][0])  # alarms go at once (allocates: rare)
+
+    def samples(self, s, n):
+        # n samples of sensor s: numbered from s[_SNUM], the rest of the payload is its filler
+        if self.pushing:  # a push session may want them: one emit per event
+            while n:
+                dv.sample_into(s[_SBUF], s[_SNUM])
+                s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
+                self.emit(s[0], s[_SBUF], s[_SSIZE])
+                n -= 1
+        else:  # the ring is all: one call, the byte loop in native code (0.2 us per 64 B event)
+            self.ring.write_samples(s[_SBUF], s[0], s[_SSIZE], n, s[_SNUM])
+            s[_SNUM] = (s[_SNUM] + n) & 0xFFFF
 
     def alarm(self, status, data):
         self.h[_ALARMS] += 1
@@ -395,27 +406,25 @@ class Agent:
         for s in self.sensors:
             s[_SDUE] = t
         sec = hdue = adue = time.ticks_ms()
+        most = self.ring.capacity  # samples one pass makes at most (more would overrun the ring)
         while True:
             now = time.ticks_us()
             fast = 0
             for s in self.sensors:
-                n = 0
-                if not s[_SPER]:  # hz 0: a batch every pass, the pass again at once
+                p = s[_SPER]
+                if not p:  # hz 0: a ring's worth every pass, the pass again at once
                     fast = 1
-                    while n < _FAST:
-                        dv.sample_into(s[_SBUF], s[_SNUM])
-                        s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
-                        self.emit(s[0], s[_SBUF], s[_SSIZE])
-                        n += 1
+                    self.samples(s, most)
                     continue
-                while time.ticks_diff(now, s[_SDUE]) >= 0:
-                    dv.sample_into(s[_SBUF], s[_SNUM])
-                    s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
-                    self.emit(s[0], s[_SBUF], s[_SSIZE])
-                    s[_SDUE] = time.ticks_add(s[_SDUE], s[_SPER])
-                    n += 1
-                    if n == 200:  # fell behind: resynchronise (a synthetic source owes nothing)
-                        s[_SDUE] = now
+                d = time.ticks_diff(now, s[_SDUE])
+                if d >= 0:  # the samples due since the last pass, at once
+                    n = d // p + 1
+                    if n > most:  # fell behind: resynchronise (a synthetic source owes nothing)
+                        n = most
+                        s[_SDUE] = time.ticks_add(now, p)
+                    else:
+                        s[_SDUE] = time.ticks_add(s[_SDUE], n * p)
+                    self.samples(s, n)
             ms = time.ticks_ms()
             if time.ticks_diff(ms, sec) >= 0:
                 h[_UP] += 1

@@ -199,3 +199,64 @@ def test_hot_path_never_builds_ints_of_2_30_or_more() -> None:
     state = [r._hi, r._lo, r._d, r._head, r.count, r.overwritten]
     assert seen and max(abs(v) for v in seen + state) < 2**30
     assert r.newest == (TOP - 5 + 20 - 1) & TOP
+
+
+def _by_writes(r: EventRing, payload: bytes, channel: int, n: int, count: int, number: int) -> None:
+    data = bytearray(payload)
+    for i in range(count):
+        data[0] = ((number + i) >> 8) & 0xFF
+        data[1] = (number + i) & 0xFF
+        r.write(data, channel, n)
+
+
+def _state(r: EventRing) -> tuple[object, ...]:
+    return (bytes(r._store), r._head, r._hi, r._lo, r.count, r.overwritten, r.newest, r.oldest)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(1, 9),
+    start=st.sampled_from([0, 5, 0xFFFF - 3, 0xFFFFFFFF - 6, 0x1234FFFE]),
+    before=st.integers(0, 20),
+    batches=st.lists(st.integers(0, 25), min_size=1, max_size=4),
+    n=st.integers(2, 6),
+    number=st.sampled_from([0, 7, 0xFFFE]),
+)
+def test_write_samples_equals_one_write_per_event(
+    capacity: int, start: int, before: int, batches: list[int], n: int, number: int
+) -> None:
+    # the sensor's batch write leaves the ring byte for byte as `count` write() calls would: store,
+    # offsets (across the 2^16 half and 2^32 wraps), count, overwritten; and answers the same
+    payload = bytes(range(0x40, 0x46))
+    a = EventRing(capacity, start, 6)
+    b = EventRing(capacity, start, 6)
+    for r in (a, b):
+        for _ in range(before):
+            r.write(b"zz", 3)
+    for count in batches:
+        count = min(count, capacity)
+        a.write_samples(payload, 1, n, count, number)
+        _by_writes(b, payload, 1, n, count, number)
+        assert _state(a) == _state(b)
+        number = (number + count) & 0xFFFF
+    ba, bb = bytearray(200), bytearray(200)
+    for back in range(capacity + 2):
+        q = (a.newest - back) & TOP
+        hi, lo = q >> 16, q & 0xFFFF
+        assert a.answer_into(ba, hi, lo, 255, 2047) == b.answer_into(bb, hi, lo, 255, 2047)
+        assert ba == bb
+
+
+def test_write_samples_saturates_overwritten_and_checks_size() -> None:
+    r = EventRing(4, 0, 4)
+    r.overwritten = 0x3FFFFFFF - 3
+    for i in range(5):
+        r.write_samples(b"abcd", 1, 4, 4, 4 * i)
+    assert (r.count, r.overwritten, r.newest) == (4, 0x3FFFFFFF, 19)
+    assert r.poll(18) == (EVENT, 19, b"\x00\x13cd")
+    with pytest.raises(ValueError):
+        r.write_samples(b"abcd", 1, 4, 5, 0)  # more than the ring holds in one call
+    with pytest.raises(ValueError):
+        r.write_samples(b"abcde", 1, 5, 1, 0)  # larger than the slot
+    with pytest.raises(ValueError):
+        r.write_samples(b"a", 1, 1, 1, 0)  # no room for the sample number

@@ -1,6 +1,7 @@
 # Where a virtual board's time goes, per event and per frame (MicroPython unix port, run from a
 # built board directory by bench_board.py): micropython -X heapsize=64K agent_cost.py PORT
 # Prints "cost NAME MICROSECONDS" lines: the best of 5 rounds (the machine is shared).
+import gc
 import socket
 import sys
 import time
@@ -37,6 +38,7 @@ M = 2000
 
 def best(name, fn, per):
     b = None
+    gc.collect()
     for _ in range(5):
         t = time.ticks_us()
         fn()
@@ -48,6 +50,11 @@ def best(name, fn, per):
 def ring_write():
     for _ in range(N):
         ring.write(s, 1, 64)
+
+
+def write_samples():  # a sensor pass with no push session: batches of 200 samples in one call
+    for i in range(N // 200):
+        ring.write_samples(s, 1, 64, 200, i)
 
 
 def emit():  # what a sensor pass does per event: sample number, ring (no push session)
@@ -78,6 +85,7 @@ def cobs():  # the same frame COBS-encoded for the serial link
 
 best("ring_write_per_event", ring_write, N)
 best("sample_emit_per_event", emit, N)
+best("write_samples_per_event", write_samples, N)
 answer()
 print("cost events_per_frame %d" % buf[10])
 best("answer_into_per_frame", answer, M)

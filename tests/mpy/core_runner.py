@@ -361,6 +361,46 @@ def test_alloc_burst_answer():
     eq((st[0], st[1]), (ring._hi, (ring._lo - 80) & 0xFFFF), "still 80 behind, as at the start")
 
 
+def test_write_samples_equals_writes():
+    # the native batch write (the sensor's samples) against one bytecode write() per event: the
+    # same store bytes and offsets, across the slot wrap, the 2^16 half and an overrun
+    from leadwire.ring import EventRing
+
+    a = EventRing(7, 0xFFFEFFF0, 6)
+    b = EventRing(7, 0xFFFEFFF0, 6)
+    data = bytearray(b"..wxyz")
+    number = 0xFFF0
+    for count in (3, 5, 0, 1, 7, 6, 2):
+        a.write_samples(b"..wxyz", 1, 5, count, number)
+        for _ in range(count):
+            data[0] = number >> 8
+            data[1] = number & 0xFF
+            b.write(data, 1, 5)
+            number = (number + 1) & 0xFFFF
+        eq((a._store, a._head, a._hi, a._lo, a.count, a.overwritten),
+           (b._store, b._head, b._hi, b._lo, b.count, b.overwritten), "ring after %d" % count)
+    ba = bytearray(100)
+    bb = bytearray(100)
+    for back in range(1, 8):
+        lo = a._lo - back
+        eq(a.answer_into(ba, a._hi, lo, 255, 80), b.answer_into(bb, b._hi, lo, 255, 80), "size")
+        eq(ba, bb, "answer %d back" % back)
+
+
+def test_alloc_write_samples():
+    from leadwire.ring import EventRing
+
+    r = EventRing(256, 0xFFFFFF00, 64)
+    payload = bytearray(64)
+    n = [0]
+
+    def step():
+        r.write_samples(payload, 1, 64, 200, n[0])
+        n[0] = (n[0] + 200) & 0xFFFF
+
+    _steady(step, 300)
+
+
 def test_alloc_answer_recovery_and_no_event():
     p = _Poller(16, 8, 256)
     for _ in range(40):
