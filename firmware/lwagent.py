@@ -33,6 +33,7 @@ import asyncio
 import gc
 import select
 import time
+from asyncio import core  # type: ignore[attr-defined]
 
 from micropython import const
 
@@ -119,6 +120,11 @@ _AREJ = const(4)
 _AEH = const(5)
 _AEL = const(6)
 _AHINT = const(8)
+
+
+def _readable(s):
+    # wait in the scheduler (no spinning) until s has input: what asyncio's own streams do
+    yield core._io_queue.queue_read(s)
 
 
 def _send(L, b, n, a):
@@ -397,7 +403,11 @@ class Agent:
             f = gc.mem_free()
             if f < h[_LOW]:
                 h[_LOW] = f
-            await asyncio.sleep_ms(0 if busy else self.k[_TICK])
+            L = self.links[0] if len(self.links) == 1 else None
+            if busy or self.k[_TICK] or L is None or L[_Q] is not None:
+                await asyncio.sleep_ms(0 if busy else self.k[_TICK])
+            else:  # tick 0, one link, no push session: sleep until a frame comes, answer at once
+                await _readable(L[_IO])  # type: ignore[misc]
 
     async def sources(self):
         k = self.k
