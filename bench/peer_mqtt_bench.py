@@ -813,10 +813,12 @@ def main() -> int:
     ap.add_argument("--lw-seconds", type=float, default=8.0, help="time cap of a leadwire run")
     ap.add_argument(
         "--lw-rates",
-        default="64:5000/10000/20000/40000,256:2000/5000/10000/20000",
+        default="64:20000/40000/60000/100000,256:5000/10000/20000/40000",
         help="leadwire offered events/s per size (the ladder)",
     )
-    ap.add_argument("--ring", default="64:256,256:64", help="leadwire ring capacity per size (64 KB heap)")
+    ap.add_argument(
+        "--ring", default="64:288,256:74", help="leadwire ring capacity per size (the most a 64 KB heap fits)"
+    )
     ap.add_argument(
         "--frames", type=int, default=16, help="leadwire answer frames per POLL (a burst; 1 = one frame)"
     )
