@@ -817,7 +817,7 @@ def main() -> int:
         help="leadwire offered events/s per size (the ladder)",
     )
     ap.add_argument(
-        "--ring", default="64:288,256:74", help="leadwire ring capacity per size (the most a 64 KB heap fits)"
+        "--ring", default="64:272,256:68", help="leadwire ring capacity per size (the most a 64 KB heap fits)"
     )
     ap.add_argument(
         "--frames", type=int, default=16, help="leadwire answer frames per POLL (a burst; 1 = one frame)"
