@@ -122,8 +122,10 @@ _AEL = const(6)
 _AHINT = const(8)
 
 
-def _readable(s):
-    # wait in the scheduler (no spinning) until s has input: what asyncio's own streams do
+def queue_read(s):
+    # wait in the scheduler (no spinning) until s has input: what asyncio's own streams do. Named
+    # after the IOQueue method it calls: that qstr is frozen with asyncio (a new name would be
+    # one more in the heap's qstr pool, which is near the size where a 3.6 KB pool is added)
     yield core._io_queue.queue_read(s)
 
 
@@ -407,7 +409,7 @@ class Agent:
             if busy or self.k[_TICK] or L is None or L[_Q] is not None:
                 await asyncio.sleep_ms(0 if busy else self.k[_TICK])
             else:  # tick 0, one link, no push session: sleep until a frame comes, answer at once
-                await _readable(L[_IO])  # type: ignore[misc]
+                await queue_read(L[_IO])  # type: ignore[misc]
 
     async def sources(self):
         k = self.k

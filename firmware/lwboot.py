@@ -186,9 +186,16 @@ def _attempt(board, st, tier):
         need += 2 * x[3] + 400 if x[0] == kser else 0
     for x in sk:
         need += x[2] + 96
-    # the ring at once, where main.py's block was (all of it: the largest ring that fits), then the
-    # links' buffers: the big blocks before anything fragments the heap (one frame buffer for all
-    # links: frames are built and sent without an await in between)
+    # the links' buffers, then the ring at once: the big blocks before anything fragments the heap
+    # (one frame buffer for all links: frames are built and sent without an await in between)
+    # with auth on, every buffer has room for the 8-byte trailer after the largest unsigned frame;
+    # the answers and fragments are sized so that the signed frame still fits the link's frame
+    shared = bytearray(max([x[3] for x in lk] + [0]) + ax)
+    sb = [
+        [bytearray(64), bytearray(x[3] + ax + (x[3] + ax) // 254 + 2), StreamDecoder(128 + ax)]
+        for x in lk
+        if x[0] == kser
+    ]
     ring = None
     if k[0] * (3 + k[1]) + need <= free:
         try:
@@ -202,14 +209,6 @@ def _attempt(board, st, tier):
         )
         k[0], k[1] = 256, 16
         ring = EventRing(256, None, 16, epoch)
-    # with auth on, every buffer has room for the 8-byte trailer after the largest unsigned frame;
-    # the answers and fragments are sized so that the signed frame still fits the link's frame
-    shared = bytearray(max([x[3] for x in lk] + [0]) + ax)
-    sb = [
-        [bytearray(64), bytearray(x[3] + ax + (x[3] + ax) // 254 + 2), StreamDecoder(128 + ax)]
-        for x in lk
-        if x[0] == kser
-    ]
     sensors = []
     for ch, hz, size in sk:
         if size > k[1]:

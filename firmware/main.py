@@ -16,10 +16,8 @@ else:
 
 def start():
     del globals()["start"]  # run once (its code stays while main.py runs: kept short)
-    import leadwire.ring  # noqa: F401 -- its code loads before the hold, so the boot has room
-
     gc.collect()
-    hold = [bytearray(gc.mem_free() * 7 // 16)]  # one block for the ring, kept from boot's fragments
+    hold = [bytearray(gc.mem_free() * 2 // 5)]  # one block for the ring, kept from boot's fragments
     import lwboot
 
     b = lwboot.build(board, hold)  # never raises; None: not ready (no link), said on the console
