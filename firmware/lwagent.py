@@ -33,7 +33,6 @@ import asyncio
 import gc
 import select
 import time
-from asyncio import core  # type: ignore[attr-defined]
 
 from micropython import const
 
@@ -122,13 +121,6 @@ _AEL = const(6)
 _AHINT = const(8)
 
 
-def queue_read(s):
-    # wait in the scheduler (no spinning) until s has input: what asyncio's own streams do. Named
-    # after the IOQueue method it calls: that qstr is frozen with asyncio (a new name would be
-    # one more in the heap's qstr pool, which is near the size where a 3.6 KB pool is added)
-    yield core._io_queue.queue_read(s)
-
-
 def _send(L, b, n, a):
     # b[:n] to address a (UDP) or down the serial line, signed first when the link has auth (a
     # frame already signed, the HELLO, goes as it is); returns 1 for a dropped frame
@@ -182,18 +174,6 @@ class Agent:
                     s[_END] = e
                     if not s[_EVERY] and not s[_K] and not L[_Q].closing:
                         self._post(L, s, s[_BODY][0])  # alarms go at once (allocates: rare)
-
-    def samples(self, s, n):
-        # n samples of sensor s: numbered from s[_SNUM], the rest of the payload is its filler
-        if self.pushing:  # a push session may want them: one emit per event
-            while n:
-                dv.sample_into(s[_SBUF], s[_SNUM])
-                s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
-                self.emit(s[0], s[_SBUF], s[_SSIZE])
-                n -= 1
-        else:  # the ring is all: one call, the byte loop in native code (0.2 us per 64 B event)
-            self.ring.write_samples(s[_SBUF], s[0], s[_SSIZE], n, s[_SNUM])
-            s[_SNUM] = (s[_SNUM] + n) & 0xFFFF
 
     def alarm(self, status, data):
         self.h[_ALARMS] += 1
@@ -374,10 +354,11 @@ class Agent:
             if not L[_UDP] or L[_PEER]:  # HELLO after boot
                 self._boot_hello(L, L[_PEER])
         h = self.h
+        w = 0
         while True:
             busy = 0
             try:
-                for obj, _ in self.poll.ipoll(0):
+                for obj, _ in self.poll.ipoll(w):
                     for L in self.links:
                         if L[_IO] is obj:
                             busy = 1
@@ -405,11 +386,10 @@ class Agent:
             f = gc.mem_free()
             if f < h[_LOW]:
                 h[_LOW] = f
-            L = self.links[0] if len(self.links) == 1 else None
-            if busy or self.k[_TICK] or L is None or L[_Q] is not None:
-                await asyncio.sleep_ms(0 if busy else self.k[_TICK])
-            else:  # tick 0, one link, no push session: sleep until a frame comes, answer at once
-                await queue_read(L[_IO])  # type: ignore[misc]
+            # tick 0 and nothing read: the next poll waits up to 1 ms for a frame (answered as
+            # soon as it comes), once the other tasks have had their turn -- not a busy loop
+            w = 0 if busy or self.k[_TICK] else 1
+            await asyncio.sleep_ms(0 if busy else self.k[_TICK])
 
     async def sources(self):
         k = self.k
@@ -424,19 +404,26 @@ class Agent:
             fast = 0
             for s in self.sensors:
                 p = s[_SPER]
-                if not p:  # hz 0: a ring's worth every pass, the pass again at once
-                    fast = 1
-                    self.samples(s, most)
-                    continue
-                d = time.ticks_diff(now, s[_SDUE])
-                if d >= 0:  # the samples due since the last pass, at once
-                    n = d // p + 1
+                n = most  # hz 0: a ring's worth every pass, the pass again at once
+                if p:  # the samples due since the last pass, at once
+                    n = time.ticks_diff(now, s[_SDUE]) // p + 1
+                    if n <= 0:
+                        continue
                     if n > most:  # fell behind: resynchronise (a synthetic source owes nothing)
                         n = most
-                        s[_SDUE] = time.ticks_add(now, p)
-                    else:
-                        s[_SDUE] = time.ticks_add(s[_SDUE], n * p)
-                    self.samples(s, n)
+                        s[_SDUE] = time.ticks_add(now, -n * p)
+                    s[_SDUE] = time.ticks_add(s[_SDUE], n * p)
+                else:
+                    fast = 1
+                if self.pushing:  # a push session may want them: one emit per sample
+                    while n:
+                        dv.sample_into(s[_SBUF], s[_SNUM])
+                        s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
+                        self.emit(s[0], s[_SBUF], s[_SSIZE])
+                        n -= 1
+                else:  # the ring is all: one call, the byte loop in native code (~0.2 us per 64 B)
+                    self.ring.write_samples(s[_SBUF], s[0], s[_SSIZE], n, s[_SNUM])
+                    s[_SNUM] = (s[_SNUM] + n) & 0xFFFF
             ms = time.ticks_ms()
             if time.ticks_diff(ms, sec) >= 0:
                 h[_UP] += 1

@@ -18,54 +18,31 @@
 #                                  reaches 2^30, the small-int limit of 32-bit ports.
 #   append(), poll(), newest, ...  build ints >= 2^30 and tuples: host/test conveniences.
 from leadwire import wire
-from leadwire._compat import MICROPYTHON, const, random_u32
+from leadwire._compat import const, random_u32
 from leadwire.bufcopy import copy_into
 from leadwire.wire import BATCH_HEAD, MAX_BATCH, RECORD_HEAD
 
-# The two byte loops of the hot path: native code on MicroPython (_viper); the bytecode twins are
-# defined only where that is missing (CPython, ports without a native emitter), so a board does
-# not hold both.
-try:
-    if not MICROPYTHON:
-        raise ImportError
-    from leadwire._viper import gather, samples
+# The sensor's batch write loop: native code on MicroPython (_viper); the bytecode twin is defined
+# only where that is missing (CPython, ports without a native emitter).
+try:  # (on CPython importing _viper fails: no micropython module)
+    from leadwire._viper import samples
 except (ImportError, SyntaxError, NotImplementedError):
     # (argument names as in _viper: each name a board loads is a qstr, even in code it never runs)
-
-    def gather(buf, pos, s, h, n, c, k, m, b):
-        # Records from slot h (stride n, c slots; k + 1 of them up to the newest) into buf at pos:
-        # at most m, within b payload bytes counting the batch head, at least one. Returns
-        # taken << 12 | used. The bytecode twin of _viper.gather (CPython, and ports without a
-        # native emitter).
-        used = BATCH_HEAD
-        taken = 0
-        while k >= 0 and taken < m:
-            p = h * n
-            size = RECORD_HEAD + ((s[p + 1] << 8) | s[p + 2])
-            if taken and used + size > b:
-                break
-            copy_into(buf, pos, s, p, size)
-            pos += size
-            used += size
-            taken += 1
-            k -= 1
-            h += 1
-            if h == c:
-                h = 0
-        return (taken << 12) | used
-
     def samples(s, h, n, c, k, channel, d, m, b):  # type: ignore[misc]
         # k records from slot h (stride n, c slots): channel, length m, the u16 b (+1 each), then
-        # d[2:m]. The bytecode twin of _viper.samples.
+        # d[2:m]; b -1: d[:m] as it is. The bytecode twin of _viper.samples.
         while k > 0:
             p = h * n
             s[p] = channel
             s[p + 1] = m >> 8
             s[p + 2] = m & 0xFF
-            s[p + 3] = (b >> 8) & 0xFF
-            s[p + 4] = b & 0xFF
-            copy_into(s, p + RECORD_HEAD + 2, d, 2, m - 2)
-            b = (b + 1) & 0xFFFF
+            if b < 0:
+                copy_into(s, p + RECORD_HEAD, d, 0, m)
+            else:
+                s[p + 3] = (b >> 8) & 0xFF
+                s[p + 4] = b & 0xFF
+                copy_into(s, p + RECORD_HEAD + 2, d, 2, m - 2)
+                b = (b + 1) & 0xFFFF
             h += 1
             if h == c:
                 h = 0
@@ -117,57 +94,38 @@ class EventRing:
         n = len(payload) if length < 0 else length
         if n > self.slot_size:
             raise ValueError("event too large")
-        h = self._head + 1
-        if h == self.capacity:
-            h = 0
-        self._head = h
-        lo = self._lo + 1
-        if lo == 0x10000:
-            lo = 0
-            self._hi = (self._hi + 1) & 0xFFFF
-        self._lo = lo
-        if self.count < self.capacity:
-            self.count += 1
-        elif self.overwritten < 0x3FFFFFFF:
-            self.overwritten += 1
-        s = self._store
-        p = h * self._stride
-        s[p] = channel
-        s[p + 1] = n >> 8
-        s[p + 2] = n & 0xFF
-        copy_into(s, p + RECORD_HEAD, payload, 0, n)
+        self.write_samples(payload, channel, n, 1, -1)
 
     def write_samples(self, payload, channel, n, count, start):
         """Append `count` (0..capacity) events of n bytes (2..slot size) on `channel`: the i-th
         (from 0) carries the u16 start + i (mod 2^16, big-endian), then payload[2:n] -- a
-        sensor's samples in one call. The ring ends exactly as after `count` write() calls of
-        those payloads. Allocates nothing; the byte loop is native code on MicroPython."""
+        sensor's samples in one call (start -1: one event, payload[:n] as it is: write()). The
+        ring ends exactly as after `count` write() calls of those payloads. Allocates nothing;
+        the byte loop is native code on MicroPython. The caller keeps to those bounds (the
+        agent does: its sensors are checked at boot)."""
         cap = self.capacity
-        if count > cap or not 2 <= n <= self.slot_size:
-            raise ValueError("event too large")
-        h = self._head + 1
-        if h == cap:
-            h = 0
-        samples(self._store, h, self._stride, cap, count, channel, payload, n, start)  # type: ignore[arg-type]
+        f = self._head + 1  # the slot of the first
+        if f == cap:
+            f = 0
         h = self._head + count
         if h >= cap:
             h -= cap
         self._head = h
-        lo = self._lo + count
-        if lo > 0xFFFF:
-            lo -= 0x10000
+        h = self._lo + count
+        if h > 0xFFFF:
+            h -= 0x10000
             self._hi = (self._hi + 1) & 0xFFFF
-        self._lo = lo
-        h = cap - self.count  # room
-        if count <= h:
+        self._lo = h
+        h = self.count + count - cap  # pushed out, when above 0
+        if h <= 0:
             self.count += count
         else:
             self.count = cap
-            h = count - h  # pushed out
             if self.overwritten < 0x3FFFFFFF - h:
                 self.overwritten += h
             else:
                 self.overwritten = 0x3FFFFFFF
+        samples(self._store, f, self._stride, cap, count, channel, payload, n, start)  # type: ignore[arg-type]
 
     def _classify(self, hi, lo):
         # Which spec 004 case a poll with n = (hi, lo) is; sets self._d = (newest - n) mod 2^32
@@ -238,10 +196,22 @@ class EventRing:
         slot = self._head - k
         if slot < 0:
             slot += cap
-        r = gather(buf, wire.HEADER_SIZE + BATCH_HEAD, s, slot, stride, cap, k, max_events, budget)  # type: ignore[arg-type]
-        taken = r >> 12
-        used = r & 0xFFF
-        k -= taken
+        pos = wire.HEADER_SIZE + BATCH_HEAD
+        used = BATCH_HEAD
+        taken = 0
+        while k >= 0 and taken < max_events:
+            p = slot * stride
+            size = RECORD_HEAD + ((s[p + 1] << 8) | s[p + 2])
+            if taken and used + size > budget:
+                break
+            copy_into(buf, pos, s, p, size)
+            pos += size
+            used += size
+            taken += 1
+            k -= 1
+            slot += 1
+            if slot == cap:
+                slot = 0
         # the last offset carried is n + taken; the first is s(n)
         llo = lo + taken
         self.last_hi = hi

@@ -22,7 +22,7 @@ class Board:
 
 
 K = [250, 64, 1, 8, 5000, 9, 7, 0, 1000, 250, 512, 1000, 0, 3, 1]
-ring = EventRing(250, None, 64, 1)
+ring = EventRing(200, None, 64, 1)  # (250 left too little heap for the sendto step at 64K)
 s = bytearray(64)
 ag = Agent(K, ring, [[1, 0, 64, 0, 0, s]], [], Board)
 buf = bytearray(1472)

@@ -2,9 +2,9 @@
 where the board's time goes.
 
     .venv/bin/python -m tests.firmware.bench_board [--seconds 3] [--repeat 3] [--frames 16]
-        [--rates 25000,50000,100000,0] [--ring 300] [--size 64] [--transports udp,serial]
+        [--rates 25000,50000,100000,0] [--ring 264] [--size 64] [--transports udp,serial]
 
-For each transport and generation rate, a board (64 KB heap, ring 300 x 64 B over UDP, 250 x 64 B over
+For each transport and generation rate, a board (64 KB heap, ring 264 x 64 B over UDP, 232 x 64 B over
 serial, frames of 1,472 B,
 report bodies of 64 B: the heap reserve for push sessions goes to the ring)
 runs one sensor channel of `size`-byte events at that rate (0: as fast as it can, `"hz": 0`); the
@@ -135,8 +135,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--frames", type=int, default=16, help="max_frames per POLL (1..32)")
     ap.add_argument("--rates", default="25000,50000,100000,0", help="events/s; 0 = as fast as it can")
-    ap.add_argument("--ring", type=int, default=300, help="ring slots over UDP")
-    ap.add_argument("--serial-ring", type=int, default=250, help="over serial (its COBS buffer takes heap)")
+    ap.add_argument("--ring", type=int, default=264, help="ring slots over UDP")
+    ap.add_argument("--serial-ring", type=int, default=232, help="over serial (its COBS buffer takes heap)")
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--transports", default="udp,serial")
     ap.add_argument("--no-costs", action="store_true")
