@@ -43,6 +43,7 @@ from leadwire.framing import encode_into
 
 _RX = const(136)  # largest frame accepted (a SUBSCRIBE of up to 115 channels, signed)
 _BURST = const(32)  # most answer frames one POLL may ask for (wire fragment index 0..31)
+_FAST = const(200)  # events per pass of a sensor with hz 0 (as fast as it can: benchmarks)
 # settings (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
 _TICK = const(2)
 _HCH = const(3)
@@ -399,12 +400,13 @@ class Agent:
             s[_SDUE] = t
         sec = hdue = adue = time.ticks_ms()
         most = self.ring.capacity  # samples one pass makes at most (more would overrun the ring)
+        fast_n = min(_FAST, most)
         while True:
             now = time.ticks_us()
             fast = 0
             for s in self.sensors:
                 p = s[_SPER]
-                n = most  # hz 0: a ring's worth every pass, the pass again at once
+                n = fast_n  # hz 0: a batch every pass, the pass again at once
                 if p:  # the samples due since the last pass, at once
                     n = time.ticks_diff(now, s[_SDUE]) // p + 1
                     if n <= 0:
