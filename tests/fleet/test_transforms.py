@@ -380,3 +380,15 @@ def test_devices_worst_and_compare(spark: SparkSession) -> None:
         [("serial", 1, 4, 1000.0)],
         ["transport"],
     )
+
+
+def test_per_arrival_plan_shuffles_the_arrivals_once(spark: SparkSession) -> None:
+    # transform_by_device's exchange by device_id serves both lead-domain windows and the
+    # channel-window aggregation: any second Exchange would mean a second shuffle of every arrival
+    rows = stream([1, 2, 4, 3], device_id="a") + stream([5, 6], device_id="b")
+    by_device = T.transform_by_device(T.transform_arrivals(arrivals_df(spark, rows)))
+    cw = T.transform_channel_windows(T.transform_order(T.transform_leads(by_device)))
+    plan = cw._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("Exchange") == 1, plan
+    assert "hashpartitioning(device_id" in plan
+    assert sorted(r["messages"] for r in cw.collect()) == [2, 4]
