@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,13 @@ from ..hil.client import Client, SerialLink, UdpLink
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(60)]
 
 
+def _kill_group(p: subprocess.Popen[str]) -> None:
+    # a failed assertion must not leave the board running when the launcher is killed
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait(5)
+
+
 @pytest.mark.parametrize("transport", ["udp", "serial"])
 def test_board_prints_json_and_dies_with_its_pid(transport: str, tmp_path: Path) -> None:
     p = subprocess.Popen(
@@ -23,6 +31,7 @@ def test_board_prints_json_and_dies_with_its_pid(transport: str, tmp_path: Path)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # the launcher and its board in one group: killed together on failure
     )
     try:
         assert p.stdout is not None
@@ -40,9 +49,7 @@ def test_board_prints_json_and_dies_with_its_pid(transport: str, tmp_path: Path)
         os.kill(info["pid"], signal.SIGKILL)  # power cut: the launcher exits with the board
         assert p.wait(10) == 0
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(5)
+        _kill_group(p)
 
 
 def test_board_key_auto_prints_the_key_once_and_signs(tmp_path: Path) -> None:
@@ -53,6 +60,7 @@ def test_board_key_auto_prints_the_key_once_and_signs(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # the launcher and its board in one group: killed together on failure
     )
     try:
         assert p.stdout is not None
@@ -69,6 +77,4 @@ def test_board_key_auto_prints_the_key_once_and_signs(tmp_path: Path) -> None:
         assert p.wait(10) == 0
         assert p.stderr is not None and key not in p.stderr.read()
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(5)
+        _kill_group(p)
