@@ -33,7 +33,7 @@ def _trace():
     # every event the agent could ever have sent. Each ring built starts with a boot record:
     # 0x00 0xFFFF (no event is that long), epoch u32, start offset u32, boot count u32, ring
     # capacity u16. While a file
-    # "pause" exists (looked for every 64 events the agent emits) the ring takes nothing: the chaos
+    # "pause" exists (looked for every 64 events the ring is given) the ring takes nothing: the chaos
     # run holds the boards until the bridge is up, and stops them at the end so that the bridge can
     # drain every ring to its last event.
     import os
@@ -64,8 +64,9 @@ def _trace():
             self._q = 1  # events until the next look for "pause"
             self._p = 0  # paused
 
-        def write(self, payload, channel=0, length=-1):
-            q = self._q - 1
+        def write_samples(self, payload, channel, n, count, start):
+            # the ring's one way in (write() comes here too): take the events, then record each
+            q = self._q - count
             if q <= 0:
                 q = 64
                 try:
@@ -74,12 +75,20 @@ def _trace():
                 except OSError:
                     self._p = 0
             self._q = q
-            if self._p:
+            if self._p or count <= 0:
                 return
-            Ring.write(self, payload, channel, length)
+            Ring.write_samples(self, payload, channel, n, count, start)
             s = self._store
-            p = self._head * self._stride
-            self._t.write(s, p, 3 + ((s[p + 1] << 8) | s[p + 2]))
+            cap = self.capacity
+            slot = self._head - count + 1
+            if slot < 0:
+                slot += cap
+            for _ in range(count):
+                p = slot * self._stride
+                self._t.write(s, p, 3 + ((s[p + 1] << 8) | s[p + 2]))
+                slot += 1
+                if slot == cap:
+                    slot = 0
 
     setattr(ring, "EventRing", Traced)  # lwboot imports EventRing when it builds the ring
 
