@@ -71,14 +71,17 @@ class FrameQueue:
             raise QueueClosed("closed")
         if not 0 <= priority <= 15:
             raise ValueError("priority")
-        data = bytes(data)
+        data = bytes(data)  # (no copy when it is bytes already)
         size = self.frame_size
         count = max(1, (len(data) + size - 1) // size)
         if count > MAX_FRAGMENTS:
             raise ValueError("too large")
         mid = self._next_id
         self._next_id = (mid + 1) & 0xFF
-        new = [Frame(mid, i, i == count - 1, priority, data[i * size : (i + 1) * size]) for i in range(count)]
+        if count == 1:  # the message as it is: a slice would copy it again
+            new = [Frame(mid, 0, True, priority, data)]
+        else:
+            new = [Frame(mid, i, i == count - 1, priority, data[i * size : (i + 1) * size]) for i in range(count)]
         at = self._insert_at(priority)
         self._frames[at:at] = new
         return mid
