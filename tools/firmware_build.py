@@ -74,10 +74,13 @@ def build(kind: str, out: Path) -> list[Item]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if it.compile:
             subprocess.run(
-                # -s: a short source name in tracebacks (every name a board loads costs heap);
+                # -s: the module's own name as its source name in tracebacks: a qstr the board has
+                # anyway ("crc16.py" would be one more per module; every name a board interns
+                # costs heap, and past 300 the interpreter adds a 3.9 KB qstr pool:
+                # tests/firmware/test_qstr_budget.py);
                 # -O3: no line-number tables (~640 B of heap at 64K; tracebacks show no line) --
                 # and no asserts, which the device code does not use
-                [cross, "-march=" + MARCH[kind], "-O3", "-s", it.src.name, "-o", str(dest), str(it.src)],
+                [cross, "-march=" + MARCH[kind], "-O3", "-s", it.src.stem, "-o", str(dest), str(it.src)],
                 check=True,
                 timeout=60,
                 capture_output=True,
