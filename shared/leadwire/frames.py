@@ -81,7 +81,9 @@ class FrameQueue:
         if count == 1:  # the message as it is: a slice would copy it again
             new = [Frame(mid, 0, True, priority, data)]
         else:
-            new = [Frame(mid, i, i == count - 1, priority, data[i * size : (i + 1) * size]) for i in range(count)]
+            new = [
+                Frame(mid, i, i == count - 1, priority, data[i * size : (i + 1) * size]) for i in range(count)
+            ]
         at = self._insert_at(priority)
         self._frames[at:at] = new
         return mid
