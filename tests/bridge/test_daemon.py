@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from leadwire.bridge import logs
-from leadwire.bridge.daemon import Bridge
+from leadwire.bridge.daemon import Bridge, Scheduler
 from leadwire.tools.simdevice import SimFleet
 
 from .helpers import bridge_config, query, wait_for
@@ -29,6 +29,23 @@ async def _started(tmp: Path, fleet: SimFleet, subscribe: list[int] | None = Non
             d["subscribe"] = subscribe
     b = Bridge(bridge_config(tmp, devs, **sections), logs.setup("warning"))
     return b
+
+
+class _Sent:
+    def __init__(self, due: float, sent: float) -> None:
+        self.due, self.sent = due, sent
+
+
+def test_fixed_interval_counts_from_the_due_time_not_the_late_wake_up() -> None:
+    base = Scheduler._period_base
+    # sent 4 ms late: the next poll is due 100 ms after the due time (no drift: 10 Hz stays 10 Hz)
+    assert base(_Sent(due=1.0, sent=1.004), 0.1) + 0.1 == 1.1  # type: ignore[arg-type]
+    # sent on time: the same either way
+    assert base(_Sent(due=2.0, sent=2.0), 0.1) == 2.0  # type: ignore[arg-type]
+    # a stall longer than the interval: counted from the send, so no burst of catch-up polls
+    assert base(_Sent(due=1.0, sent=1.25), 0.1) == 1.25  # type: ignore[arg-type]
+    # a backlog (next_delay 0) is drained from now on
+    assert base(_Sent(due=1.0, sent=1.004), 0.0) == 1.004  # type: ignore[arg-type]
 
 
 def test_every_event_exactly_once_over_udp_and_serial(tmp_path: Path) -> None:
