@@ -825,7 +825,7 @@ def main() -> int:
     ap.add_argument("--lw-seconds", type=float, default=8.0, help="time cap of a leadwire run")
     ap.add_argument(
         "--lw-rates",
-        default="64:20000/40000/60000/100000,256:5000/10000/20000/40000",
+        default="64:20000/40000/60000/100000/150000,256:5000/10000/20000/40000/60000",
         help="leadwire offered events/s per size (the ladder)",
     )
     ap.add_argument(
