@@ -735,7 +735,9 @@ def main() -> int:
     )
     ap.add_argument("--repeat", type=int, default=2, help="repetitions, interleaved (default 2)")
     ap.add_argument("--seconds", type=float, default=6.0, help="measurement window per run")
-    ap.add_argument("--rates", default="100000,150000,0", help="leadwire UDP sensor rates, ev/s (0: flat out)")
+    ap.add_argument(
+        "--rates", default="100000,150000,0", help="leadwire UDP sensor rates, ev/s (0: flat out)"
+    )
     ap.add_argument("--bauds", default="115200,921600")
     ap.add_argument("--no-signed", dest="signed", action="store_false", help="skip the signed (auth) runs")
     ap.add_argument("--json", type=Path, help="write all results here")
