@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from leadwire.tools.board import free_udp_port
 from leadwire.tools.firmware_build import build
 
-from ..mpy.conftest import micropython_exe, mpy_cross
+from ..mpy.conftest import mpy_cross, run_in_board_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(120)]
@@ -20,16 +19,9 @@ def test_hot_path_allocates_nothing(tmp_path: Path) -> None:
     build("unix", tmp_path)
     mpy_cross(ROOT / "tests" / "mpy" / "core_runner.py", tmp_path / "core_runner.mpy")
     mpy_cross(ROOT / "tests" / "firmware" / "agent_runner.py", tmp_path / "agent_runner.mpy")
-    r = subprocess.run(
-        # 128K: the checks import tests/mpy/core_runner (large) for _steady; the 0-byte result does
-        # not depend on the heap size (the agent at 64K: `leadwire board`, the HIL heap test)
-        [micropython_exe(), "-X", "heapsize=128K", "-m", "agent_runner", str(free_udp_port())],
-        cwd=tmp_path,
-        env={"MICROPYPATH": ".frozen:", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    # 128K: the checks import tests/mpy/core_runner (large) for _steady; the 0-byte result does
+    # not depend on the heap size (the agent at 64K: `leadwire board`, the HIL heap test)
+    r = run_in_board_dir(tmp_path, "-m", "agent_runner", str(free_udp_port()), heap="128K")
     out = r.stdout.splitlines()
     assert r.returncode == 0, r.stdout + r.stderr
     assert [ln for ln in out if ln.startswith(("ok", "FAIL"))] == [

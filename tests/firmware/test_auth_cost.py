@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from leadwire.tools.board import start_board
 from leadwire.tools.firmware_build import build
 
-from ..mpy.conftest import micropython_exe, mpy_cross
+from ..mpy.conftest import mpy_cross, run_in_board_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(120)]
@@ -32,14 +31,7 @@ def run_costs(tmp: Path, rounds: int = 200) -> tuple[list[str], dict[str, tuple[
     mpy_cross(ROOT / "tests" / "firmware" / "auth_runner.py", tmp / "auth_runner.mpy")
     # the runner plays the host too (a board has no auth_host: it never makes a HELLO request)
     mpy_cross(ROOT / "shared" / "leadwire" / "auth_host.py", tmp / "leadwire" / "auth_host.mpy")
-    r = subprocess.run(
-        [micropython_exe(), "-X", "heapsize=128K", "-m", "auth_runner", str(rounds)],
-        cwd=tmp,
-        env={"MICROPYPATH": ".frozen:", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+    r = run_in_board_dir(tmp, "-m", "auth_runner", str(rounds), heap="128K", timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout.splitlines()
     checks = [ln for ln in out if ln.startswith(("ok", "FAIL"))]

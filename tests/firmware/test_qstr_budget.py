@@ -14,14 +14,13 @@ at run time (measured: 287 in the HIL run against the count here plus RUNTIME).
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from leadwire.tools.firmware_build import build
 
-from ..mpy.conftest import micropython_exe
+from ..mpy.conftest import run_in_board_dir
 
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(120)]
 
@@ -43,14 +42,7 @@ micropython.qstr_info()
 def test_pushing_board_fits_four_qstr_pools(tmp_path: Path) -> None:
     build("unix", tmp_path)
     (tmp_path / "qstr_count.py").write_text(LOADS)
-    r = subprocess.run(
-        [micropython_exe(), "-X", "heapsize=64K", "qstr_count.py"],
-        cwd=tmp_path,
-        env={"MICROPYPATH": ".frozen:", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_in_board_dir(tmp_path, "qstr_count.py")
     assert r.returncode == 0, r.stdout + r.stderr
     m = re.search(r"n_pool=(\d+), n_qstr=(\d+)", r.stdout)
     assert m, r.stdout

@@ -52,3 +52,18 @@ def run_micropython(lib: Path, *args: str, timeout: float = 60) -> subprocess.Co
         text=True,
         timeout=timeout,
     )
+
+
+def run_in_board_dir(
+    board: Path, *args: str, heap: str = HEAP, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """The interpreter in a built board directory (tools/firmware_build.build), finding its modules
+    there as a board does."""
+    return subprocess.run(
+        [micropython_exe(), "-X", "heapsize=" + heap, *args],
+        cwd=board,
+        env={"MICROPYPATH": ".frozen:", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
