@@ -12,7 +12,8 @@
 #
 # The receiving side is reassembly.py (host only, so the device does not load it).
 # Allocation: post() and close() build Frame objects and list entries (control path: reports,
-# alarms); the polled event path does not use this module.
+# alarms); the polled event path does not use this module. A fragment's data is a memoryview
+# into the posted message (bytes(data) copies only what is not bytes already).
 from leadwire._compat import const
 
 MAX_FRAGMENTS = const(32)  # the wire's 5-bit fragment index
@@ -80,9 +81,11 @@ class FrameQueue:
         self._next_id = (mid + 1) & 0xFF
         if count == 1:  # the message as it is: a slice would copy it again
             new = [Frame(mid, 0, True, priority, data)]
-        else:
+        else:  # views into the one copy of the message, not copies of its pieces (a device keeps
+            # a report's fragments for resends: at 64K, copies cost ~1 KB per report in flight)
+            mv = memoryview(data)
             new = [
-                Frame(mid, i, i == count - 1, priority, data[i * size : (i + 1) * size]) for i in range(count)
+                Frame(mid, i, i == count - 1, priority, mv[i * size : (i + 1) * size]) for i in range(count)
             ]
         at = self._insert_at(priority)
         self._frames[at:at] = new
