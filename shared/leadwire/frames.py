@@ -12,8 +12,9 @@
 #
 # The receiving side is reassembly.py (host only, so the device does not load it).
 # Allocation: post() and close() build Frame objects and list entries (control path: reports,
-# alarms); the polled event path does not use this module. A fragment's data is a memoryview
-# into the posted message (bytes(data) copies only what is not bytes already).
+# alarms); the polled event path does not use this module. post() holds one copy of a message (none
+# when it is bytes already): a one-fragment message is that object, the fragments of a longer one
+# are memoryviews into it, not copies of its pieces.
 from leadwire._compat import const
 
 MAX_FRAGMENTS = const(32)  # the wire's 5-bit fragment index
@@ -72,7 +73,7 @@ class FrameQueue:
             raise QueueClosed("closed")
         if not 0 <= priority <= 15:
             raise ValueError("priority")
-        data = bytes(data)  # (no copy when it is bytes already)
+        data = bytes(data)
         size = self.frame_size
         count = max(1, (len(data) + size - 1) // size)
         if count > MAX_FRAGMENTS:

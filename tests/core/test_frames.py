@@ -49,6 +49,21 @@ def test_frames_carry_fields() -> None:
     assert q.pop() is None
 
 
+def test_a_message_is_held_once_its_fragments_are_views_into_it() -> None:
+    # a board keeps a report's fragments for resends: copies of the pieces cost it ~1 KB of heap
+    # per report in flight (tests/hil: the push heap budget)
+    q = FrameQueue(4)
+    long, short = b"abcdefghij", b"xyz"
+    q.post(long)
+    q.post(short)
+    fs = [q.pop() for _ in range(4)]
+    assert all(isinstance(f.data, memoryview) and f.data.obj is long for f in fs[:3])
+    assert [bytes(f.data) for f in fs[:3]] == [b"abcd", b"efgh", b"ij"]
+    assert fs[3].data is short  # one fragment: the message itself
+    q.post(bytearray(b"uvw"))
+    assert type(q.pop().data) is bytes  # a copy (the caller may change its bytearray)
+
+
 def test_empty_message_is_one_frame() -> None:
     q = FrameQueue(4)
     q.post(b"")
