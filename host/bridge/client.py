@@ -190,6 +190,7 @@ class DeviceClient:
         self.ts_prefix = cfg.timestamp == "prefix_us"
         # spec 004: the core's client, resumed from the stored offset
         self.pc = core.PollClient(st.n, st.boot_epoch, fresh=not st.has_n)
+        self.pc.pipeline = poll.pipeline
         self.recovery: Loss | None = None  # the open recovery phase (a losses row)
         if st.recovery is not None and st.boot_epoch is not None:
             r = st.recovery
@@ -459,8 +460,14 @@ class DeviceClient:
                 self.dirty = True
                 if t == wire.EVENTS:
                     self._stale_events(f, rx_us)
-                if t == wire.EVENTS and f.message_id == pc.tag and pc.burst_done and self.outstanding:
-                    # a frame of the current burst went missing: poll again from n at once
+                if (
+                    f.message_id == pc.tag
+                    and pc.burst_done
+                    and self.outstanding
+                    and (t == wire.EVENTS or pc.repoll)
+                ):
+                    # a frame of the current burst went missing, or the burst before a pipelined
+                    # POLL did not end where predicted: poll again from n at once
                     self.outstanding = 0
                     self.next_delay = 0.0
                     return True
@@ -470,6 +477,8 @@ class DeviceClient:
                 self._sync_loss(rx_us)
                 self.dirty = True
                 self._burst_events += len(data)
+                if f.message_id != pc.tag or not self.outstanding:
+                    return False  # a burst already answered (a pipelined POLL went out after it)
                 if not pc.burst_done:
                     return False  # more frames of this burst are on their way
                 self.outstanding = 0

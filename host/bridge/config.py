@@ -33,6 +33,7 @@ class PollConfig:
     batch: int = 64  # max_events in a POLL
     max_bytes: int = 1400  # max payload bytes in an answer (fits one Ethernet MTU)
     frames: int = 1  # answer frames per POLL (a burst, docs/protocol.md); >1 needs burst-aware devices
+    pipeline: bool = False  # with frames > 1: the next POLL goes out from a burst's predicted end
     timeout: float = 0.25  # no answer within this: transport error, poll n again
     backoff_max: float = 5.0  # bound of the exponential backoff after transport errors
     hello_interval: float = 10.0  # periodic HELLO: catches restarts of devices with empty rings
@@ -95,6 +96,7 @@ _POLL = {
     "batch",
     "max_bytes",
     "frames",
+    "pipeline",
     "timeout",
     "backoff_max",
     "hello_interval",
@@ -265,6 +267,9 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
     adaptive = pl.get("adaptive", True)
     if not isinstance(adaptive, bool):
         raise ConfigError("polling.adaptive", "must be true or false, got %r" % (adaptive,))
+    pipeline = pl.get("pipeline", False)
+    if not isinstance(pipeline, bool):
+        raise ConfigError("polling.pipeline", "must be true or false, got %r" % (pipeline,))
     poll = PollConfig(
         interval=interval,
         interval_min=interval_min,
@@ -273,6 +278,7 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
         batch=_int(pl, "batch", w, 64, 1, 255),
         max_bytes=_int(pl, "max_bytes", w, 1400, 16, 2047),
         frames=_int(pl, "frames", w, 1, 1, 32),
+        pipeline=pipeline,
         timeout=_num(pl, "timeout", w, 0.25, 0.001, 60.0),
         backoff_max=_num(pl, "backoff_max", w, 5.0, 0.001, 3600.0),
         hello_interval=_num(pl, "hello_interval", w, 10.0, 0.1, 86400.0),

@@ -296,6 +296,14 @@ class Scheduler:
         c = r.client
         if not ok:
             c.on_transport_error()
+        elif c.pc.ahead is not None and not c.next_delay and not self.paused and not self.stopped:
+            # a pipelined POLL: out now, not after the rest of this input burst (which holds the
+            # rest of the answer it continues from); the device reads it once that is sent
+            now = self.loop.time()
+            r.due = now
+            self._send(r, now)
+            self._arm()
+            return
         self._schedule(r, self._period_base(r, c.next_delay) + c.next_delay)
 
     @staticmethod

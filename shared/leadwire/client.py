@@ -24,6 +24,15 @@
 # frames' worth of events. They are applied in order like single answers; a frame missing in the
 # middle makes the following ones stale, and `burst_done` tells the caller to poll again at once.
 #
+# Pipelined polls (opt-in: pipeline = True): frame 0 of a burst says how many events the device
+# still held after it (backlog). When the frames still due can carry them all, the burst will end
+# at offset e = n + backlog, and the next POLL can ask from e at once, before the rest of the burst
+# is in: the device never waits a whole round trip with its ring filling. The client still only
+# takes EVENTS that go on from its own n (tags: the current request's or the pipelined burst's),
+# so a prediction that fails (a frame lost, reordered, a burst cut short) costs one more round
+# trip, never an event: an answer to POLL(e) that does not fit n is stale, and `repoll` tells the
+# caller to poll from n at once. Counting (received + counted lost = spanned) is unchanged.
+#
 # Chase guard: with a full ring and events still coming, the oldest event n0 is pushed out during
 # the round trip that asks for it, and polling from n0 - 1 can fail forever. When an overrun
 # RECOVERY follows another with no event received in between, the client starts past n0 instead:
@@ -90,6 +99,13 @@ class PollClient:
         self.loss = None  # the current (or last) Loss record
         self.tag = 0  # message id of the outstanding request
         self.max_frames = 1  # frames the outstanding POLL asked for
+        self.pipeline = False  # predict a burst's end and poll from it before it is in (above)
+        self.ahead = None  # the predicted end of the burst in flight: the next POLL's n
+        self.prev_tag = -1  # tag of the burst still arriving after a pipelined POLL went out
+        self.poll_n = n  # n of the outstanding POLL (ahead of self.n when pipelined)
+        self.pipelined = 0  # pipelined POLLs sent
+        self.mispredicted = 0  # answers to a pipelined POLL that did not fit n: polled again
+        self.repoll = False  # the outstanding pipelined POLL was answered stale: poll n again now
         self.burst_done = True  # no more answer frames are due for the outstanding request
         self.hello_due = False  # the next request is a HELLO (see ask_hello)
         self._restart_seen = False  # a HELLO showed a new boot before its first RECOVERY
@@ -111,13 +127,29 @@ class PollClient:
 
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
         """The request to send now (each call makes a new tag: a retry is a new request)."""
+        ahead = self.ahead
+        self.ahead = None
+        self.repoll = False
+        self.prev_tag = self.tag if ahead is not None else -1  # its burst is still arriving
         self.tag = (self.tag + 1) & 0xFF
         self.burst_done = False
         if self.state == POLLING and not self.hello_due:
             self.max_frames = max_frames
-            return messages.poll_frame(self.n, max_events, max_bytes, self.tag, max_frames)
+            n = self.n
+            if ahead is not None:
+                n = ahead
+                self.pipelined += 1
+            self.poll_n = n
+            return messages.poll_frame(n, max_events, max_bytes, self.tag, max_frames)
         self.max_frames = 1
+        self.poll_n = self.n
         return messages.hello_request(self.tag)
+
+    def _mispredicted(self):
+        # a stale answer to a pipelined POLL (the burst before it did not end where predicted)
+        self.mispredicted += 1
+        self.repoll = True
+        self.burst_done = True
 
     def ask_hello(self):
         """Make the next request a HELLO: at start-up, periodically (a device that restarted and has
@@ -143,19 +175,37 @@ class PollClient:
             if self.epoch is not None and messages.decode_hello(frame).boot_epoch != self.epoch:
                 self.hello_due = True
             return self._stale()
+        if t == wire.EVENTS and frame.message_id == self.prev_tag and self.prev_tag >= 0:
+            result = self._events(frame)  # the pipelined burst, still arriving: takes what fits n
+            if result[0] == STALE and lt(succ(self.n), frame.seq):
+                self.prev_tag = -1  # a frame of it went missing: the rest cannot fit either
+            return result
         if t in (wire.EVENTS, wire.NO_EVENT, wire.RECOVERY) and frame.message_id != self.tag:
             return self._stale()
         if t == wire.EVENTS:
             result = self._events(frame)
             # done when the last frame asked for came, the device had no more, or a frame of the
             # burst went missing (this one did not continue from n)
-            if result[0] == STALE or frame.index >= self.max_frames - 1 or not self.backlog:
+            if result[0] == STALE:
                 self.burst_done = True
+                self.ahead = None
+                if self.poll_n != self.n:
+                    self._mispredicted()
+            elif frame.index >= self.max_frames - 1 or not self.backlog:
+                self.burst_done = True
+            elif self.pipeline and frame.index == 0 and not self.hello_due:
+                # the frames still due carry the backlog (same-size records): the burst ends at
+                # n + backlog; the caller may send the next POLL, from there, now
+                if self.backlog <= (self.max_frames - 1) * len(result[1]):
+                    self.ahead = add(self.n, self.backlog)
+                    self.burst_done = True
             return result
         if t in (wire.NO_EVENT, wire.RECOVERY, wire.HELLO):
             self.burst_done = True
         if t == wire.NO_EVENT:
             if self.state != POLLING or frame.seq != self.n:
+                if self.state == POLLING and frame.seq == self.poll_n != self.n:
+                    self._mispredicted()
                 return self._stale()
             self.consecutive_errors = 0
             self.no_events += 1
@@ -222,6 +272,8 @@ class PollClient:
             return (RECOVER, self._begin(cause, n0, n1, None))
         start = succ(self.n)
         if not lt(start, n0):
+            if self.poll_n != self.n:
+                self._mispredicted()
             return self._stale()  # same boot, range not ahead of s(n): cannot answer our poll
         # chase guard: the 2nd overrun in a row skips 1/4 of the held range, the 3rd 1/2, then 3/4
         skip = distance(n1, n0) * min(self._chasing, 3) // 4
@@ -240,6 +292,7 @@ class PollClient:
         else:
             self.lost += lost
         self._restart_seen = False
+        self.prev_tag = -1  # nothing of a burst before this answer can go on from the new n
         self.n = pred(add(n0, skip))
         self.fresh = False  # the device's range is known now: later losses are countable
         self.state = POLLING
@@ -257,6 +310,7 @@ class PollClient:
             self.restarts += 1
             self.n = 0
             self.fresh = True
+            self.prev_tag = -1
             self._restart_seen = True
             self._chasing = 0
             if self.loss is not None:

@@ -146,3 +146,59 @@ def test_signed_board_and_the_bridge_process_key_never_in_the_output(tmp_path: P
     text = log.read_text() + status.stdout + status.stderr + str(console)
     for i in range(0, 64 - 15, 4):
         assert b.key[i : i + 16] not in text
+
+
+def test_pipelined_polls_against_a_fast_board_store_or_count_every_offset(tmp_path: Path) -> None:
+    """polling.pipeline against the firmware: bursts of 8 frames from a board generating 50,000
+    events/s into a 128-event ring. The next POLL goes out from each burst's predicted end; every
+    offset the board spanned is stored once or counted lost (losses rows), none silently."""
+    cfg_board = {
+        "ring": 128,
+        "slot": 64,
+        "tick": 0,
+        "health": {"ms": 1000},
+        "sensors": [{"ch": 1, "hz": 50000, "size": 64}],
+        "udp": {"frame": 1472},
+    }
+    with board.start_board("udp", config=cfg_board) as b:
+
+        async def main() -> tuple[int, int]:
+            polling = {
+                "timeout": 0.25,
+                "batch": 255,
+                "max_bytes": 1460,
+                "frames": 8,
+                "pipeline": True,
+                "interval_min": 0.0,
+            }
+            dev = {"id": "fast", "udp": "%s:%d" % b.address, "auth": False}
+            cfg = bridge_config(tmp_path, [dev], polling=polling)
+            br = Bridge(cfg, logs.setup("warning"))
+            await br.start()
+            c = br.clients["fast"]
+            await wait_for(lambda: c.dc["events_stored"] >= 30_000, timeout=60)
+            await br.stop()
+            return c.pc.pipelined, c.pc.mispredicted
+
+        pipelined, mispredicted = asyncio.run(main())
+    db = tmp_path / "store.db"
+    assert len(query(db, "SELECT DISTINCT boot_epoch FROM events")) == 1
+    offs = [r[0] for r in query(db, "SELECT offset FROM events ORDER BY arrival")]
+    stored = query(db, "SELECT COUNT(*) FROM arrivals WHERE kind=0 AND duplicate=0")[0][0]
+    assert len(offs) == len(set(offs)) == stored  # each offset stored once
+    first = offs[0]
+    rel = [(o - first) & 0xFFFFFFFF for o in offs]
+    assert rel == sorted(rel)  # in offset order
+    counted = 0
+    span = rel[-1] + 1
+    for client_n, lost, cause in query(db, "SELECT client_n, lost, cause FROM losses"):
+        if cause == "first_contact":
+            continue
+        assert cause == "overrun" and lost is not None
+        start = (client_n + 1 - first) & 0xFFFFFFFF
+        if start >= 0x80000000:
+            continue  # an overrun before the first event stored (right after first contact)
+        counted += lost
+        span = max(span, start + lost)
+    assert span == len(offs) + counted  # stored + counted lost == spanned: nothing silent
+    assert pipelined > 100, (pipelined, mispredicted)  # POLLs sent before their burst was in

@@ -33,7 +33,6 @@ class Device:
         size = self.ring.answer_into(self.buf, n >> 16, n & 0xFFFF, me, mb, req.message_id)
         return codec.decode(bytes(self.buf[:size]))
 
-
     def burst(self, req: codec.Frame) -> list[codec.Frame]:
         """Answer a POLL with up to max_frames frames, as the firmware does."""
         n, me, mb = messages.decode_poll(req)
@@ -290,3 +289,125 @@ def test_every_event_is_received_once_or_counted_lost(seed: int, capacity: int, 
     assert got == [o for o in counted if o in set(got)]  # in generation order, none from before
     assert len(got) + cl.lost == len(counted)  # every event received or counted lost, exactly
     assert cl.unknown_losses == 0 and cl.restarts == 0
+
+
+def test_pipelined_poll_asks_from_the_predicted_end_of_the_burst() -> None:
+    dev = Device(capacity=64, start=0xFFFFFFF0)
+    dev.emit(1)
+    cl = c.PollClient()
+    cl.pipeline = True
+    for _ in range(3):
+        exchange(cl, dev)
+    first = cl.n
+    dev.emit(40)
+    frames = dev.burst(cl.next_request(max_events=8, max_frames=8))
+    assert len(frames) == 5
+    assert cl.on_frame(frames[0])[0] == c.EVENTS and cl.backlog == 32
+    # frame 0 says 32 more are held and 7 frames of 8 can carry them: the burst ends at n + 32
+    assert cl.burst_done and cl.ahead == (first + 40) & 0xFFFFFFFF
+    req = cl.next_request(max_events=8, max_frames=8)
+    assert messages.decode_poll(req)[0] == (first + 40) & 0xFFFFFFFF and cl.n == (first + 8) & 0xFFFFFFFF
+    dev.emit(3)
+    answer = dev.burst(req)
+    got = []
+    for f in frames[1:] + answer:  # the rest of the burst (the previous tag), then the new answer
+        kind, evs = cl.on_frame(f)
+        assert kind == c.EVENTS
+        got += [o for o, _, _ in evs]
+    assert got == [(first + 9 + i) & 0xFFFFFFFF for i in range(35)]
+    assert cl.received == 44 and cl.lost == 0 and cl.pipelined == 1 and cl.mispredicted == 0
+
+
+def test_a_frame_lost_before_a_pipelined_poll_costs_a_round_trip_not_an_event() -> None:
+    dev = Device(capacity=64, start=100)
+    dev.emit(1)
+    cl = c.PollClient()
+    cl.pipeline = True
+    for _ in range(3):
+        exchange(cl, dev)
+    dev.emit(30)
+    frames = dev.burst(cl.next_request(max_events=5, max_frames=8))
+    assert cl.on_frame(frames[0])[0] == c.EVENTS and cl.ahead is not None
+    dev.emit(2)
+    answer = dev.burst(cl.next_request(max_events=5, max_frames=8))
+    assert cl.on_frame(frames[1])[0] == c.EVENTS
+    # frames[2] is lost: the rest of the burst and the answer to the pipelined POLL do not fit n
+    for f in frames[3:]:
+        assert cl.on_frame(f) == (c.STALE, None)
+    assert cl.on_frame(answer[0]) == (c.STALE, None) and cl.repoll and cl.mispredicted == 1
+    req = cl.next_request(max_events=5, max_frames=8)
+    assert messages.decode_poll(req)[0] == cl.n == 110  # from n again, not from the prediction
+    for f in dev.burst(req):
+        cl.on_frame(f)
+    assert cl.received == 33 and cl.lost == 0 and cl.n == 132
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32), capacity=st.integers(2, 40), start=st.integers(0, 2**32 - 1))
+def test_pipelined_polls_take_every_event_once_or_count_it(seed: int, capacity: int, start: int) -> None:
+    """Pipelined bursts over a link that loses, duplicates and reorders frames, with the ring
+    overrunning: received + exactly-counted lost == generated, in order, nothing twice."""
+    rng = random.Random(seed)
+    dev = Device(capacity=capacity, start=start)
+    cl = c.PollClient()
+    cl.pipeline = True
+    got: list[int] = []
+    first: list[int] = []
+    inflight: list[codec.Frame] = []
+
+    def ask() -> None:
+        dev.emit(rng.choice([0, 1, 2, 5, capacity // 2, capacity + 3]))
+        req = cl.next_request(rng.randint(1, 6), max_frames=rng.randint(1, 8))
+        if rng.random() < 0.1:
+            return  # the request is lost
+        inflight.extend(dev.burst(req) if req.type == wire.POLL else [dev.answer(req)])
+
+    ask()
+    for _ in range(400):
+        if not inflight:
+            cl.on_timeout()
+            ask()
+            continue
+        i = rng.randrange(len(inflight)) if rng.random() < 0.1 else 0  # reordered
+        f = inflight.pop(i)
+        if rng.random() < 0.08:
+            continue  # lost
+        if rng.random() < 0.05:
+            inflight.insert(rng.randrange(len(inflight) + 1), f)  # duplicated
+        kind, data = cl.on_frame(f)
+        if kind == c.EVENTS:
+            got += [o for o, _, _ in data]
+        if kind == c.RECOVER and data is not None and data.cause == c.FIRST_CONTACT:
+            first.append(data.n0)
+        answered = f.message_id == cl.tag and kind != c.STALE
+        if cl.burst_done and (answered or cl.repoll or cl.ahead is not None):
+            ask()
+    cl.pipeline = False
+    inflight.clear()
+    while True:  # drain, one frame per POLL
+        kind, data = exchange(cl, dev)
+        if kind == c.EVENTS:
+            got += [o for o, _, _ in data]
+        elif kind == c.RECOVER and data is not None and data.cause == c.FIRST_CONTACT:
+            first.append(data.n0)
+        elif kind == c.NOTHING and not cl.fresh:
+            break
+    assert len(first) <= 1
+    if not first:
+        assert not got
+        return
+    counted = dev.generated[dev.generated.index(first[0]) :]
+    assert len(got) == len(set(got))
+    assert got == [o for o in counted if o in set(got)]
+    assert len(got) + cl.lost == len(counted)
+    assert cl.unknown_losses == 0 and cl.restarts == 0
+    PIPELINE_SEEN[0] += cl.pipelined
+    PIPELINE_SEEN[1] += cl.mispredicted
+
+
+PIPELINE_SEEN = [0, 0]  # pipelined POLLs and mispredictions over the examples (the next test)
+
+
+def test_the_pipelined_property_run_pipelined_and_mispredicted() -> None:
+    test_pipelined_polls_take_every_event_once_or_count_it()
+    assert PIPELINE_SEEN[0] > 1000 and PIPELINE_SEEN[1] > 10, PIPELINE_SEEN
