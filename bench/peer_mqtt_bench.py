@@ -426,6 +426,7 @@ def lw_run(
     timeout: float,
     tick: int,
     frames: int,
+    pipeline: bool = True,
 ) -> dict[str, Any]:
     from leadwire.tools.board import start_board
 
@@ -474,6 +475,8 @@ def lw_run(
                 str(timeout),
                 "--frames",
                 str(frames),
+                "--pipeline",
+                str(int(pipeline)),
             ]
         )
         res = host.wait_line("store", seconds + 60)
@@ -628,7 +631,8 @@ def report(res: dict[str, Any]) -> str:
             "Where the time goes (leadwire, per offered rate): "
             + "; ".join(
                 "%s/s: %.1f events per round trip, board answer p50 %.2f / p90 %.2f / mean %.2f ms, "
-                "bridge gap mean %.2f ms, board CPU %.0f%%, bridge CPU %.0f%% of the run"
+                "bridge gap mean %.2f ms, board CPU %.0f%%, bridge CPU %.0f%% of the run, "
+                "%d of %d POLLs pipelined (%d mispredicted)"
                 % (
                     fmt(r["offered_hz"]),
                     r["counters"]["events_stored"] / max(1, r["counters"]["round_trips"]),
@@ -638,6 +642,9 @@ def report(res: dict[str, Any]) -> str:
                     r["bridge_gap_ms"].get("mean", math.nan),
                     r["board_cpu_pct"] or math.nan,
                     100 * r["receiver_cpu_s"] / max(1e-9, r["lw_seconds"]),
+                    r["counters"].get("pipelined", 0),
+                    r["counters"]["polls"],
+                    r["counters"].get("mispredicted", 0),
                 )
                 for r in lws
             )
@@ -779,6 +786,7 @@ def inside(args: argparse.Namespace) -> int:
                     args.timeout,
                     args.tick,
                     args.frames,
+                    not args.no_pipeline,
                 )
                 note(r)
                 res["clean"].append(r)
@@ -801,6 +809,7 @@ def inside(args: argparse.Namespace) -> int:
                     args.timeout,
                     args.tick,
                     args.frames,
+                    not args.no_pipeline,
                 )
                 note(r)
                 res["impaired"].append(r)
@@ -825,7 +834,7 @@ def main() -> int:
     ap.add_argument("--lw-seconds", type=float, default=8.0, help="time cap of a leadwire run")
     ap.add_argument(
         "--lw-rates",
-        default="64:20000/40000/60000/100000/150000,256:5000/10000/20000/40000/60000",
+        default="64:20000/60000/150000/300000,256:10000/40000/100000/200000",
         help="leadwire offered events/s per size (the ladder)",
     )
     ap.add_argument(
@@ -833,6 +842,9 @@ def main() -> int:
     )
     ap.add_argument(
         "--frames", type=int, default=16, help="leadwire answer frames per POLL (a burst; 1 = one frame)"
+    )
+    ap.add_argument(
+        "--no-pipeline", action="store_true", help="leadwire without pipelined POLLs (polling.pipeline)"
     )
     ap.add_argument("--tick", type=int, default=0, help="leadwire board tick, ms (0: busy, as the MQTT loop)")
     ap.add_argument(

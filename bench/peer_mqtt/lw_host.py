@@ -42,6 +42,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "timeout": args.timeout,
             "backoff_max": max(args.timeout, 0.05),
             "frames": args.frames,
+            "pipeline": bool(args.pipeline),
         },
         "device": [{"id": "board-1", "udp": args.board, "auth": False}],  # the board: start_board(key=None)
     }
@@ -95,7 +96,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             last_rx = t
     return {
         "commits": commits,
-        "counters": dict(c.dc),
+        "counters": dict(c.dc, pipelined=c.pc.pipelined, mispredicted=c.pc.mispredicted),
         "failed": repr(b.failed) if b.failed else None,
         "bridge_cpu_s": cpu,
         "wall_s": wall,
@@ -184,6 +185,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=0.25)
     ap.add_argument("--max-bytes", type=int, default=1460)
     ap.add_argument("--frames", type=int, default=16)
+    ap.add_argument("--pipeline", type=int, default=1, help="1: pipelined POLLs (polling.pipeline)")
     args = ap.parse_args()
     res = asyncio.run(run(args))
     res["store"] = account(args.store)
