@@ -491,7 +491,10 @@ class DeviceClient:
             self.dc["round_trips"] += 1
             self.dirty = True
             if kind == core.NOTHING:
-                self._adapt(now_s, 0, 0, full=False)
+                # a pipelined POLL found nothing new: the burst before it drained the ring, and its
+                # events (counted since that POLL went out) are what this answer tells, not "idle"
+                got = self._burst_events if pc.poll_pipelined else 0
+                self._adapt(now_s, got, 0, full=False)
             elif kind == core.RECOVER:
                 self._on_loss(data, old_epoch, rx_us)
                 self.next_delay = 0.0

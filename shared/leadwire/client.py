@@ -103,6 +103,7 @@ class PollClient:
         self.ahead = None  # the predicted end of the burst in flight: the next POLL's n
         self.prev_tag = -1  # tag of the burst still arriving after a pipelined POLL went out
         self.poll_n = n  # n of the outstanding POLL (ahead of self.n when pipelined)
+        self.poll_pipelined = False  # the outstanding POLL went out before the burst it follows was in
         self.pipelined = 0  # pipelined POLLs sent
         self.mispredicted = 0  # answers to a pipelined POLL that did not fit n: polled again
         self.repoll = False  # the outstanding pipelined POLL was answered stale: poll n again now
@@ -140,9 +141,11 @@ class PollClient:
                 n = ahead
                 self.pipelined += 1
             self.poll_n = n
+            self.poll_pipelined = ahead is not None
             return messages.poll_frame(n, max_events, max_bytes, self.tag, max_frames)
         self.max_frames = 1
         self.poll_n = self.n
+        self.poll_pipelined = False
         return messages.hello_request(self.tag)
 
     def _mispredicted(self):
