@@ -523,6 +523,9 @@ def lw_run(
         "counters": res["counters"],
         "failed": res.get("failed"),
         "receiver_cpu_s": res["bridge_cpu_s"],
+        "writer_cpu_s": res.get("writer_cpu_s"),
+        "board_cpu_s": board_cpu,
+        "committed_in_window": res.get("committed_in_window"),
         "lw_seconds": res["wall_s"],
         "board_cpu_pct": 100 * board_cpu / board_wall if board_cpu is not None else None,
         "rtt_ms": res["rtt_ms"],
@@ -544,6 +547,20 @@ def per_event(r: dict[str, Any], key: str, delivered: bool = False) -> float:
         d = r["generated"]
     tot = r.get("up_" + key, 0) + r.get("down_" + key, 0)
     return tot / d if d else float("nan")
+
+
+def cpu_per_event(r: dict[str, Any]) -> tuple[float, tuple[float, float, float]] | None:
+    """CPU microseconds per committed event of a leadwire run: (total, (board, bridge, writer)).
+    The board's share is its CPU fraction over its life times the bridge's measuring window."""
+    n = r.get("committed_in_window")
+    if not n or r.get("writer_cpu_s") is None or r.get("board_cpu_pct") is None:
+        return None
+    parts = (
+        r["board_cpu_pct"] / 100 * r["lw_seconds"] * 1e6 / n,
+        r["receiver_cpu_s"] * 1e6 / n,
+        r["writer_cpu_s"] * 1e6 / n,
+    )
+    return sum(parts), parts
 
 
 def fmt(v: Any, digits: int = 0) -> str:
@@ -660,6 +677,17 @@ def report(res: dict[str, Any]) -> str:
         ]
         for name, ok in goals:
             lines.append("- goal %s: %s" % (name, "MET" if ok else "NOT MET"))
+        cost = cpu_per_event(lw)
+        if cost is not None:
+            us, parts = cost
+            cores = os.cpu_count() or 1
+            need1, need0 = fmt(10 * best1["rate"]), fmt(2.5 * best0["rate"])
+            lines.append(
+                "- CPU per committed event at the best rate: board %.2f + bridge %.2f + store writer %.2f"
+                " = %.2f us; at that cost %d cores carry at most %s events/s (all of them busy, nothing"
+                " else running); 10x MQTT QoS 1 needs %s/s, 2.5x MQTT QoS 0 needs %s/s"
+                % (*parts, us, cores, fmt(cores * 1e6 / us), need1, need0)
+            )
         lines.append("")
     if res.get("impaired"):
         lines.append("### %.0f%% packet loss each way on the board's link\n" % (100 * res["loss"]))

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -74,6 +75,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     r.link.send = timed_send
     r.on_datagram = timed_rx  # type: ignore[method-assign]
+    writer = getattr(getattr(b.store, "proc", None), "pid", None)  # the store writer process, if any
+    wcpu0 = proc_cpu(writer)
+    committed0 = b.events_committed
     cpu0 = time.process_time()
     t0 = time.monotonic()
     t_end = time.monotonic() + args.seconds
@@ -81,6 +85,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(0.01)
     cpu = time.process_time() - cpu0
     wall = time.monotonic() - t0
+    wcpu = proc_cpu(writer)
+    committed = b.events_committed - committed0
     await b.stop()
     c = next(iter(b.clients.values()))
     rtt: list[float] = []
@@ -99,10 +105,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "counters": dict(c.dc, pipelined=c.pc.pipelined, mispredicted=c.pc.mispredicted),
         "failed": repr(b.failed) if b.failed else None,
         "bridge_cpu_s": cpu,
+        "writer_cpu_s": wcpu - wcpu0 if wcpu is not None and wcpu0 is not None else None,
+        "committed_in_window": committed,
         "wall_s": wall,
         "rtt_ms": stats(rtt),
         "bridge_gap_ms": stats(gap),
     }
+
+
+def proc_cpu(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process (Linux /proc), or None."""
+    if pid is None:
+        return None
+    try:
+        f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stats(v: list[float]) -> dict[str, float]:
