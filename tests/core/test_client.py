@@ -279,11 +279,27 @@ def test_every_event_is_received_once_or_counted_lost(seed: int, capacity: int, 
             got += [o for o, _, _ in data]
         elif kind == c.NOTHING:
             break
+    # counting starts at the first contact's n0 (always a RECOVERY: the client probes)
+    assert_exact(dev, cl, got, first)
+
+
+def pipelined_client(dev: Device) -> c.PollClient:
+    """A pipelining client past the handshake and first contact of dev (one event emitted)."""
+    dev.emit(1)
+    cl = c.PollClient()
+    cl.pipeline = True
+    for _ in range(3):
+        exchange(cl, dev)
+    return cl
+
+
+def assert_exact(dev: Device, cl: c.PollClient, got: list[int], first: list[int]) -> None:
+    """Counting from the first contact's n0: each event received once, in generation order, or
+    counted lost, exactly; no restart. No first contact: nothing received."""
     assert len(first) <= 1
     if not first:
         assert not got
         return
-    # counting starts at the first contact's n0 (always a RECOVERY: the client probes)
     counted = dev.generated[dev.generated.index(first[0]) :]
     assert len(got) == len(set(got))
     assert got == [o for o in counted if o in set(got)]  # in generation order, none from before
@@ -293,11 +309,7 @@ def test_every_event_is_received_once_or_counted_lost(seed: int, capacity: int, 
 
 def test_pipelined_poll_asks_from_the_predicted_end_of_the_burst() -> None:
     dev = Device(capacity=64, start=0xFFFFFFF0)
-    dev.emit(1)
-    cl = c.PollClient()
-    cl.pipeline = True
-    for _ in range(3):
-        exchange(cl, dev)
+    cl = pipelined_client(dev)
     first = cl.n
     dev.emit(40)
     frames = dev.burst(cl.next_request(max_events=8, max_frames=8))
@@ -320,11 +332,7 @@ def test_pipelined_poll_asks_from_the_predicted_end_of_the_burst() -> None:
 
 def test_a_frame_lost_before_a_pipelined_poll_costs_a_round_trip_not_an_event() -> None:
     dev = Device(capacity=64, start=100)
-    dev.emit(1)
-    cl = c.PollClient()
-    cl.pipeline = True
-    for _ in range(3):
-        exchange(cl, dev)
+    cl = pipelined_client(dev)
     dev.emit(30)
     frames = dev.burst(cl.next_request(max_events=5, max_frames=8))
     assert cl.on_frame(frames[0])[0] == c.EVENTS and cl.ahead is not None
@@ -392,15 +400,7 @@ def test_pipelined_polls_take_every_event_once_or_count_it(seed: int, capacity: 
             first.append(data.n0)
         elif kind == c.NOTHING and not cl.fresh:
             break
-    assert len(first) <= 1
-    if not first:
-        assert not got
-        return
-    counted = dev.generated[dev.generated.index(first[0]) :]
-    assert len(got) == len(set(got))
-    assert got == [o for o in counted if o in set(got)]
-    assert len(got) + cl.lost == len(counted)
-    assert cl.unknown_losses == 0 and cl.restarts == 0
+    assert_exact(dev, cl, got, first)
     PIPELINE_SEEN[0] += cl.pipelined
     PIPELINE_SEEN[1] += cl.mispredicted
 
