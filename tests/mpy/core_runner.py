@@ -245,6 +245,52 @@ def test_poll_client_overrun_accounting():
     eq((cl.loss.cause, cl.lost, cl.received, cl.n), ("overrun", 7, 6, 10), "overrun counted exactly")
 
 
+
+def test_poll_client_pipelined_burst():
+    # a pipelined POLL from the predicted end of a burst, then the rest of the burst and its answer
+    from leadwire import client, codec, messages
+    from leadwire.ring import EventRing
+
+    ring = EventRing(16, 0xFFFFFFFE, 4, 7)
+    buf = bytearray(128)
+
+    def burst(req):
+        if req.type == wire.HELLO:
+            return [messages.hello_frame(messages.Hello(7, 16, 4, 128, 1, "d", "t", "unix"), req.message_id)]
+        hi, lo = req.seq >> 16, req.seq & 0xFFFF
+        out = []
+        for i in range(messages.poll_frames(req)):
+            size = ring.answer_into(buf, hi, lo, 2, 100, req.message_id, i)
+            out.append(codec.decode(bytes(buf[:size])))
+            if out[-1].type != wire.EVENTS or not ring.backlog:
+                break
+            hi, lo = ring.last_hi, ring.last_lo
+        return out
+
+    cl = client.PollClient()
+    cl.pipeline = True
+    ring.write(b"ab", 1)
+    for _ in range(3):  # HELLO, first contact RECOVERY, EVENTS
+        for f in burst(cl.next_request(2, 100, 8)):
+            cl.on_frame(f)
+    eq((cl.n, cl.received), (0xFFFFFFFE, 1), "first contact")
+    for _ in range(9):
+        ring.write(b"cd", 2)
+    frames = burst(cl.next_request(2, 100, 8))
+    eq(len(frames), 5, "a burst of 5 frames of 2")
+    cl.on_frame(frames[0])
+    eq((cl.burst_done, cl.ahead), (True, 7), "frame 0 predicts the end: n + backlog")
+    req = cl.next_request(2, 100, 8)
+    eq((req.seq, cl.n, cl.pipelined), (7, 0, 1), "the pipelined POLL asks from the prediction")
+    ring.write(b"ef", 3)
+    got = 0
+    for f in frames[1:] + burst(req):
+        kind, evs = cl.on_frame(f)
+        eq(kind, client.EVENTS, "every frame goes on from n")
+        got += len(evs)
+    eq((got, cl.received, cl.n, cl.lost, cl.mispredicted), (8, 11, 8, 0, 0), "all received once")
+
+
 # -- allocation: 0 bytes on the device hot path ---------------------------------------------
 
 
