@@ -463,7 +463,7 @@ class DeviceClient:
                 if (
                     f.message_id == pc.tag
                     and pc.burst_done
-                    and self.outstanding
+                    and self.outstanding == REQ_POLL
                     and (t == wire.EVENTS or pc.repoll)
                 ):
                     # a frame of the current burst went missing, or the burst before a pipelined
@@ -477,8 +477,10 @@ class DeviceClient:
                 self._sync_loss(rx_us)
                 self.dirty = True
                 self._burst_events += len(data)
-                if f.message_id != pc.tag or not self.outstanding:
-                    return False  # a burst already answered (a pipelined POLL went out after it)
+                if f.message_id != pc.tag or self.outstanding != REQ_POLL:
+                    # a burst already answered: a pipelined POLL (or, when one was due, a SUBSCRIBE,
+                    # which takes no tag from PollClient) went out after its first frame
+                    return False
                 if not pc.burst_done:
                     return False  # more frames of this burst are on their way
                 self.outstanding = 0

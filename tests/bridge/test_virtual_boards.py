@@ -148,11 +148,14 @@ def test_signed_board_and_the_bridge_process_key_never_in_the_output(tmp_path: P
         assert b.key[i : i + 16] not in text
 
 
-def test_pipelined_polls_against_a_fast_board_store_or_count_every_offset(tmp_path: Path) -> None:
+@pytest.mark.parametrize("push", [False, True], ids=["poll", "poll+push"])
+def test_pipelined_polls_against_a_fast_board_store_or_count_every_offset(tmp_path: Path, push: bool) -> None:
     """polling.pipeline against the firmware: bursts of 8 frames from a board generating 50,000
     events/s into a 128-event ring. The next POLL goes out from each burst's predicted end; every
-    offset the board spanned is stored once or counted lost (losses rows), none silently."""
-    cfg_board = {
+    offset the board spanned is stored once or counted lost (losses rows), none silently. With a
+    push session as well (SUBSCRIBE requests and ACKs between the POLLs), reports are numbered
+    from 1 with no gap."""
+    cfg_board: dict[str, Any] = {
         "ring": 128,
         "slot": 64,
         "tick": 0,
@@ -160,6 +163,9 @@ def test_pipelined_polls_against_a_fast_board_store_or_count_every_offset(tmp_pa
         "sensors": [{"ch": 1, "hz": 50000, "size": 64}],
         "udp": {"frame": 1472},
     }
+    if push:
+        cfg_board["health"] = {"ms": 200}
+        cfg_board["report"] = {"ms": 100}
     with board.start_board("udp", config=cfg_board) as b:
 
         async def main() -> tuple[int, int]:
@@ -171,12 +177,15 @@ def test_pipelined_polls_against_a_fast_board_store_or_count_every_offset(tmp_pa
                 "pipeline": True,
                 "interval_min": 0.0,
             }
-            dev = {"id": "fast", "udp": "%s:%d" % b.address, "auth": False}
+            dev: dict[str, Any] = {"id": "fast", "udp": "%s:%d" % b.address, "auth": False}
+            if push:
+                dev["subscribe"] = [8]
             cfg = bridge_config(tmp_path, [dev], polling=polling)
             br = Bridge(cfg, logs.setup("warning"))
             await br.start()
             c = br.clients["fast"]
-            await wait_for(lambda: c.dc["events_stored"] >= 30_000, timeout=60)
+            reports = 5 if push else 0
+            await wait_for(lambda: c.dc["events_stored"] >= 30_000 and c.dc["reports_stored"] >= reports, 60)
             await br.stop()
             return c.pc.pipelined, c.pc.mispredicted
 
@@ -202,3 +211,7 @@ def test_pipelined_polls_against_a_fast_board_store_or_count_every_offset(tmp_pa
         span = max(span, start + lost)
     assert span == len(offs) + counted  # stored + counted lost == spanned: nothing silent
     assert pipelined > 100, (pipelined, mispredicted)  # POLLs sent before their burst was in
+    if push:
+        nums = [r[0] for r in query(db, "SELECT number FROM reports ORDER BY number")]
+        assert len(query(db, "SELECT DISTINCT session FROM reports")) == 1
+        assert len(nums) >= 5 and nums == list(range(1, len(nums) + 1))
