@@ -192,7 +192,7 @@ class PollClient:
             if result[0] == STALE:
                 self.burst_done = True
                 self.ahead = None
-                if self.poll_n != self.n:
+                if self.poll_pipelined and frame.seq == succ(self.poll_n) != succ(self.n):
                     self._mispredicted()
             elif frame.index >= self.max_frames - 1 or not self.backlog:
                 self.burst_done = True
@@ -207,7 +207,7 @@ class PollClient:
             self.burst_done = True
         if t == wire.NO_EVENT:
             if self.state != POLLING or frame.seq != self.n:
-                if self.state == POLLING and frame.seq == self.poll_n != self.n:
+                if self.poll_pipelined and frame.seq == self.poll_n != self.n:
                     self._mispredicted()
                 return self._stale()
             self.consecutive_errors = 0
@@ -275,7 +275,7 @@ class PollClient:
             return (RECOVER, self._begin(cause, n0, n1, None))
         start = succ(self.n)
         if not lt(start, n0):
-            if self.poll_n != self.n:
+            if self.poll_pipelined and self.poll_n != self.n:
                 self._mispredicted()
             return self._stale()  # same boot, range not ahead of s(n): cannot answer our poll
         # chase guard: the 2nd overrun in a row skips 1/4 of the held range, the 3rd 1/2, then 3/4
