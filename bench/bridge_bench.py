@@ -50,20 +50,12 @@ from leadwire.bridge.daemon import Bridge
 from leadwire.bridge.store import SEG_EVENT, Batch, Store, drain
 from leadwire.bridge.writer import StoreProcess
 from leadwire.tools.fleetsim import Fleet
+from leadwire.tools.procstat import cpu_seconds
 from leadwire.tools.simdevice import SimCore, VirtualRing, raise_nofile
 
 ROW_BATCH = 10_000
 PAYLOAD = 64  # bytes per event: 16 (generation time, device, number) + 48 of padding
 PER_ANSWER = (2047 - 3) // (3 + PAYLOAD)  # 30 events of 64 B in the largest answer
-
-
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of another process so far (Linux /proc)."""
-    try:
-        f = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[int], q: float) -> float:
@@ -250,7 +242,7 @@ def pipeline(
         store = Store(fresh(tmp / "pipeline.db"), "bench", checkpoints=True)
     clients, work = prepare(store, events, devices, signed)
     writer = concurrent.futures.ThreadPoolExecutor(1) if threaded else None
-    wcpu0 = proc_cpu(store.proc.pid) if isinstance(store, StoreProcess) else 0.0
+    wcpu0 = (cpu_seconds(store.proc.pid) or 0.0) if isinstance(store, StoreProcess) else 0.0
     pending: concurrent.futures.Future[int] | None = None
     base = sum(c.dc["events_stored"] for c in clients)
     total = 0
@@ -282,7 +274,7 @@ def pipeline(
     dt = time.perf_counter() - t0
     if stats is not None:  # CPU time of the process (all threads): less at the mercy of the load
         stats["cpu_us_per_event"] = (time.process_time() - c0) / max(1, total) * 1e6
-        wcpu = proc_cpu(store.proc.pid) - wcpu0 if isinstance(store, StoreProcess) else 0.0
+        wcpu = (cpu_seconds(store.proc.pid) or 0.0) - wcpu0 if isinstance(store, StoreProcess) else 0.0
         stats["writer_cpu_us_per_event"] = wcpu / max(1, total) * 1e6
     if writer is not None:
         writer.shutdown()
@@ -325,15 +317,15 @@ async def live(
     e0 = b.events_committed
     rt0, to0, p0, lost0 = totals()
     lat0 = len(b.latencies_us)
-    wpid = b.store.proc.pid if isinstance(b.store, StoreProcess) else 0
+    wpid = b.store.proc.pid if isinstance(b.store, StoreProcess) else None
     cpu0 = time.process_time()
-    w0 = proc_cpu(wpid) if wpid else 0.0
+    w0 = cpu_seconds(wpid) or 0.0
     sim0 = fleet.cpu_seconds()
     t0 = time.perf_counter()
     await asyncio.sleep(seconds)
     dt = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
-    wcpu = proc_cpu(wpid) - w0 if wpid else 0.0
+    wcpu = (cpu_seconds(wpid) or 0.0) - w0
     sim = fleet.cpu_seconds() - sim0
     events = b.events_committed - e0
     rt1, to1, p1, lost1 = totals()

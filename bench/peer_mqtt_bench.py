@@ -52,6 +52,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from leadwire.tools.procstat import cpu_seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "bench" / "peer_mqtt"
 OUT = ROOT / "bench" / "out" / "peer_mqtt"
@@ -307,15 +309,6 @@ class Broker:
         self.log.close()
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a running process (Linux /proc)."""
-    try:
-        f = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def commit_rate(commits: list[list[float]] | list[tuple[float, int]]) -> float:
     """Events committed per second between the first and the last commit (the first batch excluded)."""
     if len(commits) < 2:
@@ -524,7 +517,6 @@ def lw_run(
         "failed": res.get("failed"),
         "receiver_cpu_s": res["bridge_cpu_s"],
         "writer_cpu_s": res.get("writer_cpu_s"),
-        "board_cpu_s": board_cpu,
         "committed_in_window": res.get("committed_in_window"),
         "lw_seconds": res["wall_s"],
         "board_cpu_pct": 100 * board_cpu / board_wall if board_cpu is not None else None,

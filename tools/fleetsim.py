@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from leadwire.tools.procstat import cpu_seconds
 
 WORKER = "leadwire.tools.simdevice"
 
@@ -72,15 +73,7 @@ class Fleet:
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the worker processes have used so far (Linux /proc)."""
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0.0
-        for p in self.procs:
-            try:
-                fields = Path("/proc/%d/stat" % p.pid).read_text().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / tick
-            except (OSError, IndexError, ValueError):
-                pass
-        return total
+        return sum(cpu_seconds(p.pid) or 0.0 for p in self.procs)
 
     def config(self, path: Path, store: str, **polling: Any) -> Path:
         lines = ["[bridge]", 'id = "fleetsim"', "[store]", 'path = "%s"' % store, "[polling]"]

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
 import sqlite3
 import sys
 import time
@@ -25,6 +24,7 @@ from leadwire import messages
 from leadwire.bridge import logs
 from leadwire.bridge.config import parse
 from leadwire.bridge.daemon import Bridge
+from leadwire.tools.procstat import cpu_seconds
 
 CH = 1  # the event channel of the workload
 HEALTH = 8  # the board's health channel (heap free and low-water)
@@ -76,7 +76,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     r.link.send = timed_send
     r.on_datagram = timed_rx  # type: ignore[method-assign]
     writer = getattr(getattr(b.store, "proc", None), "pid", None)  # the store writer process, if any
-    wcpu0 = proc_cpu(writer)
+    wcpu0 = cpu_seconds(writer)
     committed0 = b.events_committed
     cpu0 = time.process_time()
     t0 = time.monotonic()
@@ -85,7 +85,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(0.01)
     cpu = time.process_time() - cpu0
     wall = time.monotonic() - t0
-    wcpu = proc_cpu(writer)
+    wcpu = cpu_seconds(writer)
     committed = b.events_committed - committed0
     await b.stop()
     c = next(iter(b.clients.values()))
@@ -111,17 +111,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "rtt_ms": stats(rtt),
         "bridge_gap_ms": stats(gap),
     }
-
-
-def proc_cpu(pid: int | None) -> float | None:
-    """User + system CPU seconds of a process (Linux /proc), or None."""
-    if pid is None:
-        return None
-    try:
-        f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stats(v: list[float]) -> dict[str, float]:

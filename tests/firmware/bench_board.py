@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import tempfile
@@ -37,16 +36,12 @@ from leadwire import wire
 from leadwire.client import PollClient
 from leadwire.tools.board import free_udp_port, start_board
 from leadwire.tools.firmware_build import build, tool
+from leadwire.tools.procstat import cpu_seconds
 
 from ..hil.client import Client, SerialLink, UdpLink
 
 HERE = Path(__file__).resolve().parent
 ANSWERS = [wire.HELLO, wire.EVENTS, wire.NO_EVENT, wire.RECOVERY]
-
-
-def cpu_seconds(pid: int) -> float:
-    f = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(transport: str, rate: int, seconds: float, frames: int, ring: int, size: int) -> dict[str, object]:
@@ -73,7 +68,7 @@ def run(transport: str, rate: int, seconds: float, frames: int, ring: int, size:
                 counting = True
                 got, lost, polls, nframes = pc.received, pc.lost, 0, 0
                 t0 = time.monotonic()
-                c0, h0 = cpu_seconds(b.pid), time.process_time()
+                c0, h0 = cpu_seconds(b.pid) or 0.0, time.process_time()
             c.send(pc.next_request(wire.MAX_BATCH, wire.MAX_PAYLOAD, frames))
             polls += 1
             while not pc.burst_done:
@@ -84,7 +79,7 @@ def run(transport: str, rate: int, seconds: float, frames: int, ring: int, size:
                 nframes += 1
                 pc.on_frame(f)
         dt = time.monotonic() - t0
-        board_cpu = cpu_seconds(b.pid) - c0
+        board_cpu = (cpu_seconds(b.pid) or 0.0) - c0
         host_cpu = time.process_time() - h0
         c.close()
     got = pc.received - got
