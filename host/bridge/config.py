@@ -138,6 +138,13 @@ def _int(t: dict[str, Any], key: str, where: str, default: int, lo: int, hi: int
     return v
 
 
+def _bool(t: dict[str, Any], key: str, where: str, default: bool) -> bool:
+    v = t.get(key, default)
+    if not isinstance(v, bool):
+        raise ConfigError(where + key, "must be true or false, got %r" % (v,))
+    return v
+
+
 def _str(t: dict[str, Any], key: str, where: str, default: str) -> str:
     v = t.get(key, default)
     if not isinstance(v, str):
@@ -264,21 +271,15 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
             "polling.interval",
             "must lie within [interval_min, interval_max] = [%g, %g]" % (interval_min, interval_max),
         )
-    adaptive = pl.get("adaptive", True)
-    if not isinstance(adaptive, bool):
-        raise ConfigError("polling.adaptive", "must be true or false, got %r" % (adaptive,))
-    pipeline = pl.get("pipeline", False)
-    if not isinstance(pipeline, bool):
-        raise ConfigError("polling.pipeline", "must be true or false, got %r" % (pipeline,))
     poll = PollConfig(
         interval=interval,
         interval_min=interval_min,
         interval_max=interval_max,
-        adaptive=adaptive,
+        adaptive=_bool(pl, "adaptive", w, True),
         batch=_int(pl, "batch", w, 64, 1, 255),
         max_bytes=_int(pl, "max_bytes", w, 1400, 16, 2047),
         frames=_int(pl, "frames", w, 1, 1, 32),
-        pipeline=pipeline,
+        pipeline=_bool(pl, "pipeline", w, False),
         timeout=_num(pl, "timeout", w, 0.25, 0.001, 60.0),
         backoff_max=_num(pl, "backoff_max", w, 5.0, 0.001, 3600.0),
         hello_interval=_num(pl, "hello_interval", w, 10.0, 0.1, 86400.0),
