@@ -61,7 +61,6 @@ def build(board, hold=None):
 def _attempt(board, st, tier):
     import gc
     import json
-    import socket
 
     # the core modules first: loaded before the config and the boot fragment the heap beside
     # main.py's block (later, a 64K heap may have no 272-byte hole left for them)
@@ -88,7 +87,7 @@ def _attempt(board, st, tier):
         return out
 
     def addr(s, port):
-        # "host:port" or "host" -> socket address
+        # "host:port" or "host" -> socket address (socket: imported with the UDP link)
         if ":" in s:
             s, port = s.rsplit(":", 1)
         return socket.getaddrinfo(s, int(port))[0][-1]
@@ -243,6 +242,8 @@ def _attempt(board, st, tier):
                     import wlan
 
                     tasks.append(wlan.keep(net, w))
+                import socket  # only here: a board without networking (plain Pico) has none
+
                 bind = c.get(kbind)
                 if not isinstance(bind, str):  # a virtual board's network is the host's loopback
                     bind = "127.0.0.1" if board.KIND == "unix" else "0.0.0.0"
@@ -254,7 +255,10 @@ def _attempt(board, st, tier):
                 except BaseException:
                     s.close()  # not left bound: a retry (or the next boot) needs the port
                     raise
-            except (OSError, ValueError, TypeError, IndexError) as e:
+            except MemoryError:
+                raise  # the heap: the whole attempt again, on safe defaults
+            except Exception as e:  # whatever a port raises (no socket or network module:
+                # ImportError; no rp2.country: AttributeError; OSError, ValueError): this link only
                 print("%s: cannot open (port %d): %r" % (key, port, e))
         for io, peer, frame, gap in opened:
             # a link, as lwagent indexes it: io, udp, tx, memoryview(tx), frame queue (made on the

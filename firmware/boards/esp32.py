@@ -23,6 +23,8 @@ def serial(c):
 
 
 def network(c):
+    if not c.get("ssid"):
+        return None  # wlan.py (and the network stack) not loaded on a serial-only board
     from wlan import join
 
     return join(c)

@@ -22,6 +22,10 @@ def serial(c):
 
 
 def network(c):
+    # no ssid: no network (a plain Pico has neither the network module nor rp2.country; a board
+    # with an ssid but without them fails here, and lwboot turns off only the UDP link)
+    if not c.get("ssid"):
+        return None
     import rp2
 
     rp2.country(c.get("country", "GB"))

@@ -1,0 +1,75 @@
+"""A board without networking boots and serves over its UART (issue 14, point 1).
+
+The board is the real firmware/boards/rp2.py on the MicroPython unix port, as a plain Pico runs it:
+no `socket` module (a socket.py that raises ImportError shadows the unix port's), no `rp2` module
+(so no rp2.country), no `network` module, and a fake `machine` whose UART is the virtual board's
+pty (tests/firmware/pico_machine.py). The config keeps the UDP link on, as a config made for a
+Pico W would: the boot turns off only that link and serves over the serial one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from leadwire.tools.board import start_board
+from leadwire.tools.firmware_build import build
+
+from ..hil.client import Client, SerialLink
+from ..mpy.conftest import mpy_cross
+
+HERE = Path(__file__).resolve().parent
+FIRMWARE = HERE.parents[1] / "firmware"
+pytestmark = [pytest.mark.micropython, pytest.mark.timeout(60)]
+
+NO_SOCKET = "raise ImportError(\"no module named 'socket'\")\n"
+NO_NETWORK = "raise ImportError(\"no module named 'network'\")\n"
+
+
+def pico_dir(tmp_path: Path) -> Path:
+    """A board directory whose board module is boards/rp2.py, on a Pico without networking."""
+    d = tmp_path / "board"
+    build("unix", d)
+    mpy_cross(FIRMWARE / "boards" / "rp2.py", d / "boards" / "unix.mpy")  # main.py picks "unix"
+    (d / "machine.py").write_text((HERE / "pico_machine.py").read_text())
+    (d / "socket.py").write_text(NO_SOCKET)
+    (d / "network.py").write_text(NO_NETWORK)
+    return d
+
+
+def _hello_over_serial(port: str) -> tuple[str, str, int]:
+    c = Client(SerialLink(port))
+    try:
+        h = c.hello()
+        return h.board_id, h.board, h.boots
+    finally:
+        c.close()
+
+
+def test_pico_without_networking_boots_on_its_uart(tmp_path: Path) -> None:
+    d = pico_dir(tmp_path)
+    with start_board("both", config={}, board_dir=d, build_firmware=False) as b:
+        out = b.console()
+        assert "boot:" not in out, out  # the first attempt succeeded: no fallback tier
+        assert "udp: no wlan ssid in config: UDP off" in out
+        assert "leadwire 0.1.0 on rp2, id rp2-1c452e, boot 1," in out and "links serial, auth off" in out
+        assert "leadwire: ready" in out
+        assert b.port is not None
+        assert _hello_over_serial(b.port) == ("rp2-1c452e", "rp2", 1)
+        # the UART the board opened: UART0 (GP0/GP1 by default on the Pico)
+        assert (d / "uart.log").read_text().split()[0] == "0"
+
+
+def test_pico_with_an_ssid_but_no_wifi_chip_still_serves_serial(tmp_path: Path) -> None:
+    # a Pico W config flashed on a plain Pico: rp2.country and network are missing; only the UDP
+    # link is off (said once, with what the port raised), the serial link serves
+    d = pico_dir(tmp_path)
+    cfg = {"wlan": {"ssid": "lab", "key": "secret"}}
+    with start_board("both", config=cfg, board_dir=d, build_firmware=False) as b:
+        out = b.console()
+        assert "boot:" not in out, out
+        lines = [ln for ln in out.splitlines() if ln.startswith("udp: cannot open")]
+        assert len(lines) == 1 and "ImportError(\"no module named 'rp2'\"" in lines[0], out
+        assert "links serial, auth off" in out and "leadwire: ready" in out
+        assert b.port is not None
+        assert _hello_over_serial(b.port) == ("rp2-1c452e", "rp2", 1)
