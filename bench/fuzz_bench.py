@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python bench/fuzz_bench.py            (about 2-4 minutes on one core)
      .venv/bin/python bench/fuzz_bench.py --quick    (a tenth of it)
+     .venv/bin/python bench/fuzz_bench.py --only-board   (the two virtual-board runs: UDP, serial)
 
 Targets (the mutators and oracles are in tests/fuzz/mutate.py):
   frames    codec.decode on mutated frames and random bytes; each valid result must re-encode to the
@@ -12,6 +13,9 @@ Targets (the mutators and oracles are in tests/fuzz/mutate.py):
             device (own unstuffing) decoders compared item by item, intact frames all out
   huge      codec.decode on inputs up to 256 KB
   board     bad frames to a virtual board over UDP with POLLs interleaved (tests/fuzz/boardfuzz.py)
+  serial    the same over the board's serial link: 0x00-ended units of COBS bytes (mutated frames,
+            damaged stuffing, oversize runs at the exact limit and past it), each counted by a
+            model of the agent's decoder (boardfuzz.serial_items)
 
 Hang guard: SIGALRM fires if one batch of inputs takes more than 60 s and reports the input being
 decoded; the slowest single input is printed. Any finding stops the run with the input in hex.
@@ -34,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.fuzz: the mutators are shared with the tests
 
 from leadwire import client, codec, framing, wire  # noqa: E402
-from tests.fuzz.boardfuzz import BoardFuzzer, board_config  # noqa: E402
+from tests.fuzz.boardfuzz import BoardFuzzer, SerialBoardFuzzer, board_config  # noqa: E402
 from tests.fuzz.mutate import (  # noqa: E402
     Finding,
     Mutator,
@@ -187,12 +191,17 @@ def fuzz_huge(n: int, seed: int, g: Guard) -> dict[str, Any]:
     return {"inputs": n, "seconds": round(dt, 1), "outcomes": dict(codes)}
 
 
-def fuzz_board(n: int, seed: int) -> dict[str, Any]:
+def fuzz_board(n: int, seed: int, transport: str = "udp") -> dict[str, Any]:
     from leadwire.tools.board import start_board
 
-    with start_board("udp", config=board_config(health_ms=200, alarm_gap_ms=100)) as b:
-        assert b.address is not None
-        f = BoardFuzzer(b.address, seed=seed, window=16)
+    with start_board(transport, config=board_config(health_ms=200, alarm_gap_ms=100)) as b:
+        f: BoardFuzzer
+        if transport == "serial":
+            assert b.port is not None
+            f = SerialBoardFuzzer(b.port, seed=seed, window=16)
+        else:
+            assert b.address is not None
+            f = BoardFuzzer(b.address, seed=seed, window=16)
         try:
             r = f.run(n)
             f.settle(0.1, 0.2)
@@ -201,6 +210,9 @@ def fuzz_board(n: int, seed: int) -> dict[str, Any]:
         alive = b.alive()
         console = b.console()
     out = r.summary()
+    if isinstance(f, SerialBoardFuzzer):  # units of bytes, each ending with a 0x00: 0..n frames each
+        out["units"] = f.units
+        out["bytes"] = f.bytes_sent
     out["board_alive"] = alive
     out["agent_exceptions"] = console.count("agent:")
     out["poll_client"] = {"received": f.pc.received, "lost": f.pc.lost, "restarts": f.pc.restarts}
@@ -217,6 +229,8 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=10_000, help="streams of 20 frames each")
     ap.add_argument("--huge", type=int, default=2_000)
     ap.add_argument("--board", type=int, default=100_000, help="bad frames to the virtual board (0: skip)")
+    ap.add_argument("--serial", type=int, default=100_000, help="bad inputs over serial (0x00-ended units)")
+    ap.add_argument("--only-board", action="store_true", help="skip the host decoders")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args()
@@ -225,10 +239,14 @@ def main() -> int:
     res: dict[str, Any] = {"python": platform.python_version(), "seed": a.seed}
     try:
         for name, fn, n in (
-            ("frames", fuzz_frames, a.frames // k),
-            ("payloads", fuzz_payloads, a.payloads // k),
-            ("streams", fuzz_streams, a.streams // k),
-            ("huge", fuzz_huge, a.huge // k),
+            ()
+            if a.only_board
+            else (
+                ("frames", fuzz_frames, a.frames // k),
+                ("payloads", fuzz_payloads, a.payloads // k),
+                ("streams", fuzz_streams, a.streams // k),
+                ("huge", fuzz_huge, a.huge // k),
+            )
         ):
             print("fuzz %s: %d ..." % (name, n), file=sys.stderr, flush=True)
             res[name] = fn(n, a.seed, g)
@@ -236,21 +254,26 @@ def main() -> int:
     except (Finding, Hang) as e:
         print("FINDING: %s" % e, flush=True)
         return 1
-    res["host_inputs_total"] = (res["frames"]["inputs"] + res["payloads"]["inputs"]
-                                + res["streams"]["frames_in_streams"] + res["huge"]["inputs"])  # fmt: skip
-    res["slowest_input_ms"] = round(g.worst * 1000, 2)
-    res["raw_rates"] = decode_rate(200_000 // k, a.seed)
-    print(json.dumps({key: res[key] for key in ("host_inputs_total", "slowest_input_ms", "raw_rates")}))
-    if a.board:
-        n = a.board // k
-        print("fuzz board: %d bad frames ..." % n, file=sys.stderr, flush=True)
-        res["board"] = fuzz_board(n, a.seed)
-        print(json.dumps({"board": res["board"]}), flush=True)
+    if not a.only_board:
+        res["host_inputs_total"] = sum(
+            (res["frames"]["inputs"], res["payloads"]["inputs"], res["streams"]["frames_in_streams"],
+             res["huge"]["inputs"])
+        )  # fmt: skip
+        res["slowest_input_ms"] = round(g.worst * 1000, 2)
+        res["raw_rates"] = decode_rate(200_000 // k, a.seed)
+        print(json.dumps({key: res[key] for key in ("host_inputs_total", "slowest_input_ms", "raw_rates")}))
+    ok = True
+    for name, transport, count in (("board", "udp", a.board), ("board_serial", "serial", a.serial)):
+        if not count:
+            continue
+        n = count // k
+        print("fuzz %s: %d bad inputs ..." % (name, n), file=sys.stderr, flush=True)
+        b = res[name] = fuzz_board(n, a.seed, transport)
+        print(json.dumps({name: b}), flush=True)
+        ok = ok and (b["exact"] and not b["wrong"] and b["board_alive"] and not b["unanswered"]
+                     and not b["agent_exceptions"])  # fmt: skip
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
-    b = res.get("board", {})
-    ok = not a.board or (b["exact"] and not b["wrong"] and b["board_alive"] and not b["unanswered"]
-                         and not b["agent_exceptions"])  # fmt: skip
     print("result: %s" % ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 

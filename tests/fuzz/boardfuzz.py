@@ -14,14 +14,18 @@ overflows the board's socket buffer, and the count stays exact).
 
 from __future__ import annotations
 
+import os
 import random
+import select
 import socket
+import termios
 import time
+import tty
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from leadwire import client, codec, messages, wire
+from leadwire import client, codec, framing, messages, wire
 
 from .mutate import Mutator, corpus
 
@@ -120,21 +124,36 @@ class Result:
 
 class BoardFuzzer:
     def __init__(
-        self, address: tuple[str, int], seed: int = 1, window: int = 16, timeout: float = 2.0
+        self, address: tuple[str, int] | None, seed: int = 1, window: int = 16, timeout: float = 2.0
     ) -> None:
         self.address = address
         self.rng = random.Random(seed)
         self.m = Mutator(corpus(seed), self.rng)
         self.window = window
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(timeout)
+        self.timeout = timeout
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM) if address is not None else None
+        if self.sock is not None:
+            self.sock.bind(("127.0.0.1", 0))
         self.pc = client.PollClient()
         self.r = Result()
         self.offsets: dict[int, tuple[int, int]] = {}  # ring offset -> (channel, value)
 
     def close(self) -> None:
-        self.sock.close()
+        if self.sock is not None:
+            self.sock.close()
+
+    # -- the link (UDP here; SerialBoardFuzzer: a COBS stream on the board's pty)
+    def send_frame(self, data: bytes) -> None:
+        """One valid request (a POLL or HELLO of the poll client)."""
+        self.sock.sendto(data, self.address)
+
+    def recv(self, deadline: float) -> bytes | wire.WireError | None:
+        """One frame's bytes from the board by `deadline` (time.monotonic()), or None."""
+        r, _, _ = select.select([self.sock], [], [], max(0.0, deadline - time.monotonic()))
+        return self.sock.recv(4096) if r else None
+
+    def send_final(self) -> None:
+        self.sock.sendto(b"\x00", self.address)  # one byte: E_SHORT
 
     # -- inputs
     def bad_input(self) -> tuple[str, bytes]:
@@ -167,14 +186,15 @@ class BoardFuzzer:
         pc = self.pc
         req = pc.next_request(64, 1000)
         self.r.polls += 1
-        self.sock.sendto(codec.encode(req), self.address)
-        end = time.monotonic() + self.sock.gettimeout()  # type: ignore[operator]
+        self.send_frame(codec.encode(req))
+        end = time.monotonic() + self.timeout
         while time.monotonic() < end:
-            try:
-                data = self.sock.recv(4096)
-            except TimeoutError:
+            data = self.recv(end)
+            if data is None:
                 break
             try:
+                if isinstance(data, wire.WireError):
+                    raise data
                 f = codec.decode(data)
             except wire.WireError as e:
                 self.r.wrong.append("undecodable answer: %s" % e)
@@ -245,7 +265,7 @@ class BoardFuzzer:
         """One more bad frame after the alarm gap (so its alarm carries the exact total), then poll
         until a health record written after that alarm has come."""
         time.sleep(alarm_gap_s * 1.5)
-        self.sock.sendto(b"\x00", self.address)  # one byte: E_SHORT
+        self.send_final()  # one bad frame
         self.r.sent["final"] += 1
         end = time.monotonic() + timeout
         total = self.r.total
@@ -261,6 +281,125 @@ class BoardFuzzer:
                     return self.r
             time.sleep(health_s / 4)
         return self.r
+
+
+# -- serial: a COBS byte stream on the board's pty ---------------------------------------------
+
+SERIAL_MAX_FRAME = 128  # the agent's serial decoder is StreamDecoder(128) (lwboot; 136 with auth)
+SERIAL_CAP = framing.max_encoded(SERIAL_MAX_FRAME)  # 129: a longer run before a 0x00 is oversize
+
+
+def serial_items(data: bytes, max_frame: int = SERIAL_MAX_FRAME) -> list[bytes | int]:
+    """What the agent's serial receive path makes of `data` (complete up to its last 0x00): a frame
+    (its decoded bytes) or an error (an E_* code) for every non-empty run before a delimiter.
+    Written from docs/protocol.md's rules, independently of framing.StreamDecoder: a run longer
+    than max_encoded(max_frame) is E_OVERSIZE, bad stuffing E_COBS, then wire.check."""
+    cap = framing.max_encoded(max_frame)
+    out: list[bytes | int] = []
+    for run in data.split(b"\x00")[:-1]:  # the part after the last delimiter is not complete
+        if not run:
+            continue  # an empty frame: ignored
+        if len(run) > cap:
+            out.append(wire.E_OVERSIZE)
+            continue
+        buf = bytearray(run)
+        m = framing.decode_in_place(buf, len(buf))
+        if m < 0:
+            out.append(wire.E_COBS)
+            continue
+        code = wire.check(buf, m)
+        out.append(code or bytes(buf[:m]))
+    return out
+
+
+def serial_verdicts(data: bytes) -> list[str]:
+    """What the agent does with each item of a serial stream: 'bad' or the request it answers."""
+    return [verdict(x, udp=False) if isinstance(x, bytes) else "bad" for x in serial_items(data)]
+
+
+class SerialBoardFuzzer(BoardFuzzer):
+    """The same, over the board's serial link: bad inputs are units of bytes, each ending with a
+    0x00 (so the agent's decoder is back at a frame boundary after each), and a unit may hold
+    several frames or none. Expected count: `serial_items` over every unit sent (units holding a
+    valid request are not sent)."""
+
+    def __init__(self, port: str, seed: int = 1, window: int = 16, timeout: float = 2.0) -> None:
+        super().__init__(None, seed, window, timeout)
+        self.fd = os.open(port, os.O_RDWR | os.O_NOCTTY)
+        tty.setraw(self.fd, termios.TCSANOW)  # bytes pass unchanged (0x00, 0x11, 0x13, \r ...)
+        self.dec = framing.StreamDecoder()  # the host's: answers of any size
+        self.ready: list[bytes | wire.WireError] = []
+        self.units = 0
+        self.bytes_sent = 0
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def _write(self, data: bytes) -> None:
+        self.bytes_sent += len(data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+    def send_frame(self, data: bytes) -> None:
+        self._write(b"\x00" + framing.encode(data))  # a lone 0x00 first: ignored by the board
+
+    def recv(self, deadline: float) -> bytes | wire.WireError | None:
+        while not self.ready:
+            r, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not r:
+                return None
+            for x in self.dec.feed(os.read(self.fd, 65536)):
+                self.ready.append(codec.encode(x) if isinstance(x, codec.Frame) else x)
+        return self.ready.pop(0)
+
+    def send_final(self) -> None:
+        self._write(b"\x01\x00")  # one empty COBS block: a 0-byte frame, E_SHORT
+
+    def bad_unit(self) -> tuple[str, bytes]:
+        rng = self.rng
+        m = self.m
+        r = rng.random()
+        if r < 0.40:
+            return "mutated", framing.encode(m.one())
+        if r < 0.52:
+            return "random", m.raw() + b"\x00"  # may hold zeros: several frames, or none
+        if r < 0.62:
+            return "valid_other", framing.encode(rng.choice(m.seeds))
+        if r < 0.82:
+            enc = bytearray(framing.encode(rng.choice(m.seeds))[:-1])
+            op = rng.randrange(4)
+            if op == 0:  # a stuffing code changed
+                enc[0] = rng.randrange(1, 256)
+            elif op == 1:  # a zero inside
+                enc[rng.randrange(len(enc))] = 0
+            elif op == 2:  # the delimiter lost: runs into the next frame
+                enc += framing.encode(rng.choice(m.seeds))[:-1]
+            else:  # cut short
+                enc = enc[: rng.randrange(len(enc) + 1)]
+            return "cobs_damage", bytes(enc) + b"\x00"
+        if r < 0.86:
+            return "noise", rng.randbytes(rng.randrange(1, 40)) + b"\x00"
+        if r < 0.96:  # at and around the board's exact limit, and far past it
+            if rng.random() < 0.5:
+                n = rng.choice([SERIAL_CAP - 1, SERIAL_CAP, SERIAL_CAP + 1, rng.randrange(SERIAL_CAP, 3000)])
+                return "oversize", bytes(x or 1 for x in rng.randbytes(n)) + b"\x00"
+            size = rng.choice([SERIAL_MAX_FRAME, SERIAL_MAX_FRAME + 1, rng.randrange(100, 600)])
+            f = codec.Frame(wire.EVENTS, rng.getrandbits(32), rng.randbytes(size - wire.OVERHEAD))
+            return "oversize", framing.encode(codec.encode(f))
+        return "tiny", rng.randbytes(rng.randrange(0, 12)) + b"\x00"
+
+    def send_bad(self) -> None:
+        while True:
+            kind, data = self.bad_unit()
+            v = serial_verdicts(data)
+            good = [x for x in v if x != "bad"]
+            if not good:
+                break
+            self.r.skipped[good[0]] += 1
+        self._write(data)
+        self.units += 1
+        self.r.sent[kind] += len(v)
 
 
 def board_config(health_ms: int = 100, alarm_gap_ms: int = 50) -> dict[str, Any]:

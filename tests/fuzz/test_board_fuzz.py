@@ -8,12 +8,24 @@ from collections import Counter
 
 import pytest
 
-from leadwire import codec, messages, wire
+from leadwire import codec, framing, messages, wire
 from leadwire.tools.board import start_board
 
 from ..firmware.authclient import POLL_ANSWERS, AuthClient
 from ..hil.client import UdpLink
-from .boardfuzz import MAX_DATAGRAM, BoardFuzzer, auth_verdict, board_config, reseal_signed, verdict
+from .boardfuzz import (
+    MAX_DATAGRAM,
+    SERIAL_CAP,
+    BoardFuzzer,
+    SerialBoardFuzzer,
+    auth_verdict,
+    board_config,
+    reseal_signed,
+    serial_items,
+    serial_verdicts,
+    verdict,
+)
+from .mutate import Mutator, corpus, stream
 
 pytestmark = pytest.mark.micropython
 
@@ -60,6 +72,56 @@ def test_the_board_answers_every_poll_and_counts_every_bad_frame() -> None:
     assert r.health_bad and r.alarm_bad
     assert "agent:" not in console  # no exception caught in the agent's loop
     assert {"mutated", "random", "valid_other", "oversize", "tiny"} <= set(r.sent)
+
+
+def test_the_model_of_the_agent_serial_decoder() -> None:
+    """serial_items (written from the protocol's rules) gives what the board's decoder gives:
+    framing.StreamDecoder(128) with the board's own COBS unstuffing, on damaged streams."""
+    poll = codec.encode(messages.poll_frame(1, 2, 3))
+    assert serial_items(framing.encode(poll)) == [poll]
+    assert serial_verdicts(b"\x00\x00" + framing.encode(poll)) == ["poll"]  # empty frames: ignored
+    assert serial_items(bytes([1]) * SERIAL_CAP + b"\x00") == [wire.E_VERSION]  # 128 zeros: not oversize
+    assert serial_items(bytes([1]) * (SERIAL_CAP + 1) + b"\x00") == [wire.E_OVERSIZE]
+    assert serial_items(b"\x05\x01\x00") == [wire.E_COBS]
+    assert serial_items(framing.encode(poll)[:-1]) == []  # no delimiter yet: nothing
+    m = Mutator(corpus(2), random.Random(2))
+    saved = framing._unstuff
+    framing._unstuff = framing._unstuff_own  # the board's decoder, run on CPython
+    try:
+        for _ in range(300):
+            data = stream(m, 10)[0]
+            data = data[: data.rfind(b"\x00") + 1]
+            got = framing.StreamDecoder(128).feed(data)
+            want = serial_items(data)
+            assert [x.code if isinstance(x, wire.WireError) else codec.encode(x) for x in got] == want
+    finally:
+        framing._unstuff = saved
+
+
+@pytest.mark.timeout(90)
+def test_the_board_answers_every_poll_and_counts_every_bad_frame_on_serial() -> None:
+    """Over serial (COBS on the board's pty): mutated, random, damaged-COBS, oversize (at the exact
+    limit and past it) and empty frames; every POLL answered, every bad frame counted exactly."""
+    with start_board("serial", config=board_config(health_ms=100, alarm_gap_ms=50)) as b:
+        assert b.port is not None
+        f = SerialBoardFuzzer(b.port, seed=4)
+        try:
+            r = f.run(8000)
+            f.settle(0.05, 0.1)
+        finally:
+            f.close()
+        assert b.alive()
+        console = b.console()
+    s = r.summary()
+    assert r.wrong == [] and r.unanswered == 0, (r.wrong[:5], s)
+    assert s["polls"] == sum(r.answers.values()) >= 8000 // 16
+    assert r.answers["events"] > 0
+    assert f.pc.lost == 0 and f.pc.restarts == 0
+    assert f.units == 8000 and r.total > 8000  # units may hold several frames
+    assert r.final_alarm == r.total  # exact
+    assert r.final_health == min(r.total, 0xFFFF)
+    assert "agent:" not in console
+    assert {"mutated", "random", "valid_other", "cobs_damage", "noise", "oversize", "tiny"} <= set(r.sent)
 
 
 @pytest.mark.timeout(120)
