@@ -9,8 +9,8 @@
 #
 # Allocation (checked on the unix port with gc.mem_alloc deltas and heap_lock, tests/firmware):
 #   0 bytes  emit() (ring write + report accumulation), POLL answers (bursts too) and HELLO
-#            answers, serial receive (readinto + COBS scan) and send (COBS encode + write(buf, n)),
-#            the loops when idle.
+#            answers, serial receive (readinto + COBS scan) and send (COBS encode + write(buf, off, n)
+#            until the whole frame is taken), the loops when idle.
 #   UDP      recvfrom() allocates the datagram and the peer address (~160 B on 64-bit) and each
 #            sendto() slice a memoryview (~32 B): per datagram, not per event.
 #   control  SUBSCRIBE, report build / post / ACK, NOTIFY fragments (Frame objects, kept after
@@ -44,6 +44,8 @@ from leadwire.framing import encode_into
 _RX = const(136)  # largest frame accepted (a SUBSCRIBE of up to 115 channels, signed)
 _BURST = const(32)  # most answer frames one POLL may ask for (wire fragment index 0..31)
 _FAST = const(200)  # events per pass of a sensor with hz 0 (as fast as it can: benchmarks)
+_STALL = const(100)  # ms a serial write may take nothing before the frame is dropped (a UART frees
+# a byte of its TX ring every ~1 ms even at 9600 baud: a line that takes nothing for 100 ms is stuck)
 # settings (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
 _TICK = const(2)
 _HCH = const(3)
@@ -133,9 +135,24 @@ def _send(L, b, n, a):
             L[_IO].sendto(L[_MV][:n] if b is L[_TX] else b, a)
         else:
             cb = L[_CB]
-            m = encode_into(b, n, cb)
-            cb[m] = 0
-            L[_IO].write(cb, m + 1)
+            m = encode_into(b, n, cb) + 1
+            cb[m - 1] = 0
+            io = L[_IO]
+            p = 0
+            t = 0
+            while p < m:
+                # the whole frame: a UART may take part of it (rp2: a full TX ring and timeout 0
+                # answer a short count after ~1 ms) or nothing (None). write(buf, off, len) takes
+                # the buffer as it is and returns a small int: no allocation, however many calls
+                w = io.write(cb, p, m - p)
+                if w:
+                    p += w
+                    t = 0
+                else:  # nothing went: wait for the line to drain, at most _STALL ms in a row
+                    t += 1
+                    if t > _STALL:
+                        return 1  # a stuck line: the rest of the frame is dropped (counted)
+                    time.sleep_ms(1)
         return 0
     except OSError:
         return 1

@@ -18,7 +18,8 @@ def serial(c):
         tx=c.get("tx", 17),
         rx=c.get("rx", 16),
         rxbuf=1024,
-        timeout=0,
+        timeout=0,  # reads: the agent polls first; writes (IDF uart_write_bytes) block until the
+        # whole buffer is queued, and lwagent._send loops on the count anyway
     )
 
 

@@ -17,7 +17,9 @@ def serial(c):
         tx=machine.Pin(c.get("tx", 0)),
         rx=machine.Pin(c.get("rx", 1)),
         rxbuf=1024,
-        timeout=0,
+        txbuf=1024,  # default 256: a frame of up to 1 KB goes into the ring at once
+        timeout=0,  # reads: the agent polls first; writes wait per char and may still come back
+        # short when the ring is full (lwagent._send loops until the whole frame is taken)
     )
 
 

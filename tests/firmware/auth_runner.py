@@ -22,12 +22,12 @@ KEY = bytes(range(32))
 
 
 class Sink:
-    # a serial port that takes everything (write(buf, n), as UART and FileIO have)
+    # a serial port that takes everything (write(buf, off, n), as UART and FileIO have)
     def __init__(self):
         self.n = 0
         self.k = 0
 
-    def write(self, b, n):
+    def write(self, b, off, n):
         self.n += n
         self.k += 1
         return n
