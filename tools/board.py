@@ -64,26 +64,36 @@ class BoardError(RuntimeError):
 
 
 class _Relay:
-    """Two ptys joined back to back: the board's end (raw) and the host's end (`port`).
+    """Two ptys joined back to back: the board's end (raw) and the host's end (`port`). (For the
+    emulated Pico the board's end is a socket to the emulator instead of a pty.)
 
     The board's end also has VMIN = 0: MicroPython's readinto() on a blocking stream loops until the
     buffer is full; with VMIN = 0 a read returns what is there, as a UART with timeout=0 does.
     (Not for the REPL, which reads its stdin byte by byte and takes a 0-byte read as end of input.)
     """
 
-    def __init__(self, nonblocking_board: bool = True) -> None:
-        self.m_board, self.s_board = pty.openpty()
+    def __init__(
+        self, nonblocking_board: bool = True, board_fd: int | None = None, tee: Path | None = None
+    ) -> None:
+        # board_fd: the board's end is that stream (the emulated Pico's socket), not a pty of ours;
+        # tee: a file that gets a copy of everything the board sends (its console log)
         self.m_host, self.s_host = pty.openpty()
+        if board_fd is None:
+            self.m_board, self.s_board = pty.openpty()
+        else:
+            self.m_board, self.s_board = board_fd, -1
+        self._tee = tee.open("ab") if tee is not None else None
         for fd in (self.s_board, self.s_host):
-            tty.setraw(fd)
-        if nonblocking_board:
+            if fd >= 0:
+                tty.setraw(fd)
+        if nonblocking_board and board_fd is None:
             attrs = termios.tcgetattr(self.s_board)
             attrs[6][termios.VMIN] = 0
             attrs[6][termios.VTIME] = 0
             termios.tcsetattr(self.s_board, termios.TCSANOW, attrs)
         for fd in (self.m_board, self.m_host):
             os.set_blocking(fd, False)
-        self.board_path = os.ttyname(self.s_board)
+        self.board_path = os.ttyname(self.s_board) if self.s_board >= 0 else ""
         self.port = os.ttyname(self.s_host)
         self.dropped = 0  # bytes the host side had no room for (nobody reading)
         self._stop = threading.Event()
@@ -113,7 +123,13 @@ class _Relay:
                     data = os.read(key.fd, 65536)
                 except (BlockingIOError, OSError):
                     continue
+                if not data:  # the board's stream ended (the emulator exited)
+                    sel.unregister(key.fd)
+                    continue
                 dst = key.data
+                if self._tee is not None and key.fd == self.m_board:
+                    self._tee.write(data)
+                    self._tee.flush()
                 while data:
                     try:
                         n = os.write(dst, data)
@@ -135,8 +151,11 @@ class _Relay:
         if self._thread is not None:
             self._thread.join(2)
         for fd in (self.m_board, self.s_board, self.m_host, self.s_host):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if self._tee is not None:
+            self._tee.close()
 
 
 def free_udp_port() -> int:
@@ -384,10 +403,277 @@ def start_board(
             if relay is not None:
                 relay.close()
             raise
+        except BaseException:  # stopped while starting (the launcher's SIGTERM): nothing left running
+            board.close()
+            raise
         if relay is not None and transport != "repl":
             relay.start()
         return board
     raise BoardError("no free UDP port")  # pragma: no cover
+
+
+# -- the emulated Raspberry Pi Pico (issue 13) --------------------------------------------------
+
+PICO_DIR = Path(__file__).resolve().parent / "pico"  # the Node harness (tools/pico/pico.mjs)
+PICO_CACHE = Path.home() / ".cache" / "leadwire" / "firmware"
+PICO_UF2_ENV, PICO_BOOTROM_ENV = "LEADWIRE_PICO_UF2", "LEADWIRE_PICO_BOOTROM"
+PICO_UF2_NAME, PICO_BOOTROM_NAME = "RPI_PICO-v1.26.1.uf2", "rp2040-b1-bootrom.bin"
+
+
+def pico_files(firmware: str | Path | None = None, bootrom: str | Path | None = None) -> tuple[Path, Path]:
+    """The RPI_PICO UF2 and the RP2040 boot ROM: as given, else $LEADWIRE_PICO_UF2 /
+    $LEADWIRE_PICO_BOOTROM, else ~/.cache/leadwire/firmware/. FileNotFoundError (one line naming what
+    to download) when one is missing."""
+    uf2 = Path(firmware or os.environ.get(PICO_UF2_ENV) or PICO_CACHE / PICO_UF2_NAME)
+    rom = Path(bootrom or os.environ.get(PICO_BOOTROM_ENV) or PICO_CACHE / PICO_BOOTROM_NAME)
+    if not uf2.is_file():
+        raise FileNotFoundError(
+            "no MicroPython firmware at %s: download the RPI_PICO UF2 (v1.26.1) from "
+            "micropython.org/download/RPI_PICO and give --firmware or $%s" % (uf2, PICO_UF2_ENV)
+        )
+    if not rom.is_file():
+        raise FileNotFoundError(
+            "no RP2040 boot ROM at %s: take the B1 ROM from rp2040js's repository (demo/bootrom.ts, "
+            "as a 16 KiB binary) and give --bootrom or $%s" % (rom, PICO_BOOTROM_ENV)
+        )
+    return uf2, rom
+
+
+def pico_missing(firmware: str | Path | None = None, bootrom: str | Path | None = None) -> str | None:
+    """Why an emulated Pico cannot run here (one line naming what to get), or None."""
+    try:
+        pico_files(firmware, bootrom)
+    except FileNotFoundError as e:
+        return str(e)
+    if shutil.which("node") is None:
+        return "the emulated Pico needs Node.js >= 18 (`node`): apt-get install nodejs npm"
+    if not (PICO_DIR / "node_modules" / "rp2040js").is_dir():
+        return "the emulated Pico needs its npm packages: npm ci --prefix tools/pico"
+    return None
+
+
+class PicoBoard:
+    """An emulated Raspberry Pi Pico: the official MicroPython rp2 firmware on rp2040js (Node, in
+    tools/pico), its USB REPL and UART0 (GP0/GP1) each on a pty, its flash's filesystem in
+    `dir/flash-fs.bin` (kept across resets, power cycles and launches on the same directory).
+
+    The emulator reboots in its process on machine.reset() or the watchdog; `restart()` is a power
+    cycle (a fresh chip, same flash). Both keep the pty paths. Everything the REPL prints goes to
+    `dir/console.log` as well (`console()`), so the agent's "leadwire: ready" is seen as on the unix
+    boards. Time on the board is the emulator's: it never runs ahead of the wall clock and falls
+    behind it when the CPU is busy (~0.4x); `clock()` gives the board's nanoseconds and CPU cycles.
+    """
+
+    kind = "pico"
+    transport = "serial"  # what the host polls: UART0
+    key: str | None = None  # auth is whatever `leadwire flash` wrote into the board's config.json
+    address = None
+    udp_port = None
+
+    def __init__(self, board_dir: Path, firmware: Path, bootrom: Path, speed: float = 1.0) -> None:
+        self.dir = board_dir
+        self.firmware, self.bootrom, self.speed = firmware, bootrom, speed
+        uid = board_dir / "uid"  # the flash chip's unique id: machine.unique_id(), one per board
+        if not uid.exists():
+            uid.write_text(os.urandom(8).hex())
+        self.uid = uid.read_text().strip()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._repl: _Relay | None = None
+        self._uart: _Relay | None = None
+        self._events: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._console_at = 0
+
+    @property
+    def port(self) -> str | None:
+        return self._uart.port if self._uart else None
+
+    @property
+    def repl(self) -> str | None:
+        return self._repl.port if self._repl else None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def info(self) -> dict[str, Any]:
+        return {"kind": "pico", "transport": "serial", "port": self.port, "repl": self.repl,
+                "pid": self.pid, "dir": str(self.dir)}
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def console(self) -> str:
+        """What the board printed on its REPL since the last (re)boot this object started."""
+        path = self.dir / "console.log"
+        if not path.exists():
+            return ""
+        with path.open("rb") as f:
+            f.seek(self._console_at)
+            return f.read().decode(errors="replace")
+
+    def _mark(self) -> None:
+        log = self.dir / "console.log"
+        self._console_at = log.stat().st_size if log.exists() else 0
+
+    def _read_events(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with contextlib.suppress(ValueError):
+                ev = json.loads(line)
+                with self._cond:
+                    self._events.append(ev)
+                    self._cond.notify_all()
+        with self._cond:
+            self._events.append({"event": "exit"})
+            self._cond.notify_all()
+
+    def _wait_event(self, pred: Any, timeout: float, start: int = 0) -> dict[str, Any] | None:
+        end = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for ev in self._events[start:]:
+                    if pred(ev):
+                        return ev
+                    if ev.get("event") == "exit":
+                        return None
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+
+    def power_on(self, timeout: float = 30.0, agent: bool = False) -> None:
+        """Start the emulator; return when the USB REPL is up (`agent`: and the agent is ready)."""
+        node = shutil.which("node")
+        if node is None:
+            raise BoardError("the emulated Pico needs Node.js (`node`)")
+        repl_a, repl_b = socket.socketpair()
+        uart_a, uart_b = socket.socketpair()
+        self._mark()
+        self._repl = _Relay(board_fd=os.dup(repl_a.fileno()), tee=self.dir / "console.log")
+        self._uart = _Relay(board_fd=os.dup(uart_a.fileno()))
+        repl_a.close()
+        uart_a.close()
+        cmd = [node, str(PICO_DIR / "pico.mjs"), "--firmware", str(self.firmware),
+               "--bootrom", str(self.bootrom), "--repl-fd", str(repl_b.fileno()),
+               "--uart0-fd", str(uart_b.fileno()), "--fs-image", str(self.dir / "flash-fs.bin"),
+               "--uid", self.uid, "--speed", str(self.speed)]
+        with (self.dir / "emulator.log").open("ab") as err:
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                pass_fds=(repl_b.fileno(), uart_b.fileno()), start_new_session=True,
+            )
+        repl_b.close()
+        uart_b.close()
+        self._repl.start()
+        self._uart.start()
+        threading.Thread(target=self._read_events, name="pico-events", daemon=True).start()
+        self._await_boot(0, timeout, agent)
+
+    def _await_boot(self, start: int, timeout: float, agent: bool) -> None:
+        end = time.monotonic() + timeout
+        if self._wait_event(lambda ev: ev.get("event") == "usb", timeout, start) is None:
+            self.close()
+            raise BoardError("the emulated Pico did not start (see %s)" % (self.dir / "emulator.log"))
+        if agent:
+            self.wait_ready(end - time.monotonic())
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait for the agent's "leadwire: ready" on the console of this boot (BoardError if it says
+        it is not ready, or says nothing in time)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            text = self.console()
+            if READY in text:
+                return
+            if NOT_READY in text or not self.alive():
+                break
+            time.sleep(0.05)
+        raise BoardError("emulated Pico: the agent is not ready:\n" + self.console()[-2000:])
+
+    def _command(self, cmd: str) -> int:
+        assert self.proc is not None and self.proc.stdin is not None
+        with self._cond:
+            n = len(self._events)
+        self.proc.stdin.write(cmd.encode() + b"\n")
+        self.proc.stdin.flush()
+        return n
+
+    def restart(self, timeout: float = 30.0, agent: bool = True) -> None:
+        """Power cycle: a fresh chip on the same flash (the ptys stay); waits for the agent."""
+        self._mark()
+        n = self._command("power")
+        self._await_boot(n, timeout, agent)
+
+    def reset_wait(self, start: int, timeout: float = 30.0, agent: bool = True) -> None:
+        """After something on the board reset it (machine.reset(), `mpremote reset`): wait for the
+        boot after event number `start` (`events()` before the reset)."""
+        self._mark()
+        self._await_boot(start, timeout, agent)
+
+    def events(self) -> int:
+        with self._cond:
+            return len(self._events)
+
+    def clock(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The board's clock: {"nanos": emulated ns since power-on, "cycles": CPU cycles, ...}."""
+        n = self._command("clock")
+        ev = self._wait_event(lambda e: e.get("event") == "clock", timeout, n)
+        if ev is None:
+            raise BoardError("the emulated Pico does not answer")
+        return ev
+
+    def power_off(self) -> None:
+        """Stop the emulator (its filesystem image is saved first; SIGKILL after 1 s)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(1)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self.proc is not None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+    def close(self) -> None:
+        self.power_off()
+        for r in (self._repl, self._uart):
+            if r is not None:
+                r.close()
+
+    def __enter__(self) -> PicoBoard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def start_pico(
+    board_dir: str | Path | None = None,
+    firmware: str | Path | None = None,
+    bootrom: str | Path | None = None,
+    *,
+    speed: float = 1.0,
+    timeout: float = 30.0,
+    agent: bool = False,
+) -> PicoBoard:
+    """Start an emulated Pico on `board_dir` (its flash; a new temporary directory if None); returns
+    when its USB REPL is up (`agent`: when the flashed agent says ready). The caller closes it."""
+    uf2, rom = pico_files(firmware, bootrom)
+    missing = pico_missing(uf2, rom)
+    if missing:
+        raise BoardError(missing)
+    d = Path(board_dir) if board_dir else Path(tempfile.mkdtemp(prefix="leadwire-pico-"))
+    d.mkdir(parents=True, exist_ok=True)
+    b = PicoBoard(d, uf2, rom, speed)
+    try:
+        b.power_on(timeout, agent)
+    except BaseException:
+        b.close()
+        raise
+    return b
 
 
 def _heap_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -396,8 +682,16 @@ def _heap_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
+class _Stop(Exception):
+    """SIGTERM or SIGINT while the launcher starts a board."""
+
+
 @click.command()
-@click.option("--transport", type=click.Choice(TRANSPORTS), default="udp", show_default=True)
+@click.option("--kind", type=click.Choice(["unix", "pico"]), default="unix", show_default=True,
+              help="unix: the firmware on the MicroPython unix port; pico: an emulated Raspberry Pi Pico "
+              "running the official MicroPython rp2 UF2 (flash it with `leadwire flash --board rp2`).")
+@click.option("--transport", type=click.Choice(TRANSPORTS), default="udp", show_default=True,
+              help="unix boards: the link(s) (a pico has its REPL and UART0).")
 @click.option("--heap", default="64K", show_default=True, callback=_heap_size,
               help="MicroPython heap size (a board's RAM), e.g. 64K.")
 @click.option("--config", type=click.Path(exists=True, dir_okay=False), help="Device config (JSON).")
@@ -410,7 +704,14 @@ def _heap_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help='Auth key (32..128 hex digits), or auto: a random one, printed in the JSON line as "key". '
     "Default: the config's key / auth, else auth off.",
 )
+@click.option("--firmware", type=click.Path(dir_okay=False),
+              help="pico: the RPI_PICO .uf2 (default $%s, else ~/.cache/leadwire/firmware/%s)."
+              % (PICO_UF2_ENV, PICO_UF2_NAME))
+@click.option("--bootrom", type=click.Path(dir_okay=False),
+              help="pico: the RP2040 B1 boot ROM, 16 KiB (default $%s, else ~/.cache/leadwire/firmware/%s)."
+              % (PICO_BOOTROM_ENV, PICO_BOOTROM_NAME))
 def board(
+    kind: str,
     transport: str,
     heap: str,
     config: str | None,
@@ -418,36 +719,63 @@ def board(
     udp_port: int | None,
     no_build: bool,
     key: str | None,
+    firmware: str | None,
+    bootrom: str | None,
 ) -> None:
-    """Run a virtual board; print one JSON line when it is ready; run until it is killed."""
-    try:
-        b = start_board(
-            transport,
-            heap=heap,
-            config=config,
-            board_dir=board_dir,
-            build_firmware=not no_build,
-            udp_port=udp_port,
-            key=key,
-        )
-    except (BoardError, FileNotFoundError, ValueError, json.JSONDecodeError) as e:
-        raise click.ClickException(str(e)) from e
-    info = b.info()
-    if key == "auto":
-        info["key"] = b.key  # the operator asked for a new key: shown once, here only
-    print(json.dumps(info), flush=True)
-    if transport != "repl":
-        print("console: %s" % (b.dir / "console.log"), file=sys.stderr, flush=True)
+    """Run a virtual board; print one JSON line when it is ready; run until it is killed (its pid: a
+    power cut) or stopped (SIGTERM / Ctrl-C: the board stops, exit 0)."""
+    stopping = threading.Event()
 
     def stop(*_: object) -> None:
-        b.close()
-        sys.exit(0)
+        if not stopping.is_set():
+            stopping.set()
+            raise _Stop  # while starting: abandon the start (its processes are stopped)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    b: VirtualBoard | PicoBoard
+    try:
+        if kind == "pico":
+            if config or no_build or key or udp_port or heap != "64K" or transport != "udp":
+                raise click.UsageError(
+                    "--kind pico takes --dir, --firmware and --bootrom only (its config.json comes from "
+                    "`leadwire flash --board rp2 --config FILE`)"
+                )
+            b = start_pico(board_dir, firmware, bootrom)
+        else:
+            if firmware or bootrom:
+                raise click.UsageError("--firmware and --bootrom are for --kind pico")
+            b = start_board(
+                transport,
+                heap=heap,
+                config=config,
+                board_dir=board_dir,
+                build_firmware=not no_build,
+                udp_port=udp_port,
+                key=key,
+            )
+    except _Stop:
+        sys.exit(0)
+    except (BoardError, FileNotFoundError, ValueError, json.JSONDecodeError) as e:
+        raise click.ClickException(str(e)) from e
+    # from here a signal only asks the loop below to stop (never an exception inside Popen.wait)
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    info = b.info()
+    if b.udp_port:
+        info["udp_port"] = b.udp_port
+    if key == "auto":
+        info["key"] = b.key  # the operator asked for a new key: shown once, here only
+    print(json.dumps(info), flush=True)
+    if kind == "pico" or transport != "repl":
+        print("console: %s" % (b.dir / "console.log"), file=sys.stderr, flush=True)
+    while b.alive() and not stopping.wait(0.1):
+        pass
     assert b.proc is not None
-    code = b.proc.wait()
+    code = b.proc.poll()
     b.close()
-    if board_dir is None and transport != "repl":
+    if board_dir is None and (kind == "pico" or transport != "repl"):
         shutil.rmtree(b.dir, ignore_errors=True)
+    if stopping.is_set():
+        sys.exit(0)
     sys.exit(0 if code in (0, -signal.SIGKILL) else code)
