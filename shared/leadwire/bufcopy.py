@@ -13,7 +13,7 @@ if MICROPYTHON:
     copy_into = copy_py
     try:
         from leadwire._viper import copy_viper as copy_into  # type: ignore[no-redef]
-    except (ImportError, SyntaxError, NotImplementedError):
+    except (ImportError, SyntaxError, NotImplementedError, ValueError):  # ValueError: _viper.mpy refused
         pass
 else:
 

@@ -40,7 +40,9 @@ if MICROPYTHON:
             # viper turns any buffer into a raw pointer at the call: an array passes as ptr16
             return crc16_viper(buf, start, end, TABLE)  # type: ignore[arg-type]
 
-    except (ImportError, SyntaxError, NotImplementedError):  # port without a native emitter
+    except (ImportError, SyntaxError, NotImplementedError, ValueError):
+        # no native emitter, or _viper.mpy refused: "incompatible .mpy file" (native sub-version of
+        # another MicroPython release), "incompatible .mpy arch", "native code in .mpy unsupported"
         pass
 else:
     try:

@@ -26,7 +26,7 @@ from leadwire.wire import BATCH_HEAD, MAX_BATCH, RECORD_HEAD
 # only where that is missing (CPython, ports without a native emitter).
 try:  # (on CPython importing _viper fails: no micropython module)
     from leadwire._viper import samples
-except (ImportError, SyntaxError, NotImplementedError):
+except (ImportError, SyntaxError, NotImplementedError, ValueError):  # ValueError: _viper.mpy refused
     # (argument names as in _viper: each name a board loads is a qstr, even in code it never runs)
     def samples(s, h, n, c, k, channel, d, m, b):  # type: ignore[misc]
         # k records from slot h (stride n, c slots): channel, length m, the u16 b (+1 each), then

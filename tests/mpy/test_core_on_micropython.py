@@ -54,3 +54,37 @@ def test_core_compiles_for_boards(tmp_path: Path, march: str) -> None:
         out = tmp_path / (src.stem + ".mpy")
         mpy_cross(src, out, march)
         assert out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("refusal", ["incompatible .mpy arch", "incompatible .mpy file"])
+def test_refused_viper_mpy_falls_back_to_bytecode(mpy_lib: Path, tmp_path: Path, refusal: str) -> None:
+    """A board that refuses _viper.mpy (issue 14: RISC-V ESP32-C3 given xtensawin code; MicroPython
+    1.22, native sub-version 6.2, given 6.3) runs the bytecode twins, with the same vectors and 0 bytes."""
+    import shutil
+
+    from .conftest import mpy_cross
+
+    lib = tmp_path / "lib"
+    shutil.copytree(mpy_lib, lib)
+    viper = lib / "leadwire" / "_viper.mpy"
+    if refusal.endswith("arch"):
+        mpy_cross(ROOT / "shared" / "leadwire" / "_viper.py", viper, "armv6m")
+    else:
+        b = bytearray(viper.read_bytes())
+        assert b[:3] == b"M\x06\x0b"  # v6, x64 (2 << 2), sub-version 3
+        b[2] = (b[2] & 0xFC) | 2  # what a 1.22 build of this module would say
+        viper.write_bytes(bytes(b))
+    r = run_micropython(lib, "-c", "try:\n import leadwire._viper\nexcept ValueError as e:\n print(e)")
+    assert r.stdout.strip() == refusal, r.stdout + r.stderr
+    probe = (
+        "import sys\n"
+        "from leadwire import bufcopy, crc16, ring\n"
+        "print(crc16.crc16 is crc16.crc16_py, bufcopy.copy_into is bufcopy.copy_py,\n"
+        "      'leadwire._viper' in sys.modules, ring.samples.__name__)\n"
+    )
+    r = run_micropython(lib, "-c", probe)
+    assert r.stdout.split() == ["True", "True", "False", "samples"], r.stdout + r.stderr
+    checks = ["test_crc16_vectors", "test_alloc_copy", "test_write_samples_equals_writes",
+              "test_alloc_write_samples", "test_alloc_ring_write", "test_alloc_answer_into"]
+    r = run_micropython(lib, "-m", "core_runner", "tests/vectors", *checks)
+    assert r.stdout.splitlines() == ["ok " + c for c in checks] + ["6 passed, 0 failed"], r.stdout + r.stderr
