@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -242,3 +243,44 @@ def test_the_conformance_table_lists_every_vector_file_with_its_size() -> None:
     assert sorted(name for name, _ in rows) == files
     for name, count in rows:
         assert len(json.loads((ROOT / "tests" / "vectors" / name).read_text())) == int(count), name
+
+
+@pytest.mark.micropython
+@pytest.mark.timeout(60)
+def test_a_client_written_from_the_document_alone_works_with_a_virtual_board() -> None:
+    """tests/core/doc_client.py (standard library only) against the firmware, auth on, over UDP and
+    serial at once: boot HELLO for a refused frame, handshake, first contact, bursts; every frame
+    verifies, every event offset comes once, in order; the two links' sessions are independent."""
+    from leadwire.tools.board import start_board
+
+    from .doc_client import HELLO, DocClient, Serial, Udp, ctx
+
+    cfg = {"sensors": [{"ch": 1, "hz": 200, "size": 16}], "health": {"ms": 0}}
+    with start_board("both", key="auto", config=cfg) as b:
+        assert b.address and b.port and b.key
+        key = bytes.fromhex(b.key)
+        clients = [DocClient(Udp(b.address), key), DocClient(Serial(b.port), key)]
+        try:
+            for c in clients:  # section 9.5, on each link before its handshake
+                f = c.boot_hello_for_unsigned_poll()
+                assert f.tag == 0 and f.payload[-4:] == bytes(4) and f.verifies(key, ctx(1, f.seq, 0, 0))
+            for c in clients:
+                c.handshake()
+            assert [c.k for c in clients] == [1, 1]  # section 9.4: a session per link
+            assert clients[0].epoch == clients[1].epoch
+            starts = [c.first_contact()[0] for c in clients]
+            time.sleep(0.3)
+            for _ in range(3):
+                for c in clients:  # interleaved: each link's session goes on by itself
+                    c.drain(40)
+                time.sleep(0.1)
+            for c, n0 in zip(clients, starts, strict=True):
+                assert c.lost == 0 and len(c.offsets) > 40
+                assert c.offsets == [(n0 + i) & 0xFFFFFFFF for i in range(len(c.offsets))]
+            # a HELLO answer again on UDP starts session 2 there; serial keeps its session 1
+            clients[0].handshake()
+            assert clients[0].k == 2 and clients[1].poll(1, 100, 1)[0].type != HELLO
+        finally:
+            for c in clients:
+                c.link.close()
+        assert "agent:" not in b.console()
