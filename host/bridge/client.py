@@ -21,8 +21,16 @@ RECOVERY(n0, n1, E)     case 3: classify by the boot epoch E it carries (new epo
                         event of this boot yet: first contact; else overrun with exactly
                         (n0 - s(n)) mod 2^32 lost), record the loss, set n = n0 - 1 and consume
                         n0..n1 (the recovery phase)
-no answer / bad frame   transport error: poll n again after a bounded exponential backoff
+no answer / bad frame   transport error: poll n again at once (the wait was the RTO, below); after
+                        3 silent rounds also HELLO, with a bounded exponential backoff
 ======================  ===========================================================================
+
+How long "no answer" is: the request's retransmission timeout (RTO), from this link's measured
+round trips (:mod:`~leadwire.bridge.rtt`, RFC 6298): every POLL and HELLO is recorded by its tag
+when it goes out, and the first frame carrying that tag is its round-trip sample, even when it
+comes after the request was sent again (then the retransmission was spurious, and the long sample
+raises the RTO). ``polling.timeout`` is the ceiling; ``polling.rto_min`` (or a serial line's time
+for one request and one answer frame) the floor; consecutive timeouts double it (back-off).
 
 Answers that do not answer the outstanding poll (a late or duplicated datagram) are still
 arrivals: their events are logged with their lead (spec 000) and ``duplicate`` set, never stored
@@ -46,6 +54,7 @@ from leadwire.lead import LeadTracker
 from leadwire.reassembly import Reassembler
 
 from .config import DeviceConfig, PollConfig
+from .rtt import RttEstimator, serial_floor
 
 # request kinds
 REQ_HELLO = 1
@@ -227,6 +236,14 @@ class DeviceClient:
         self.sub_tag = 0
         self.outstanding = 0
         self._last_hello_s = -1e18
+        # retransmission timing (rtt.py): the RTO the outstanding request was sent with
+        floor = poll.rto_min
+        if cfg.transport == "serial":
+            sig = core_auth.AUTH_SIZE if cfg.key is not None else 0
+            req = wire.OVERHEAD + 16 + sig  # a POLL (n, max_events, max_bytes, frames) or HELLO
+            floor = max(floor, serial_floor(cfg.baud, req, wire.OVERHEAD + poll.max_bytes + sig))
+        self.rtt = RttEstimator(floor, poll.timeout)
+        self.rto = self.rtt.rto
         # adaptive polling
         self.interval = poll.interval
         self.next_delay = 0.0
@@ -371,6 +388,7 @@ class DeviceClient:
             self.session += 1  # the device starts a session (numbers from 1) on every SUBSCRIBE
             self.sub_channels = {ch: self.session for ch in self.cfg.subscribe}
             self.dirty = True
+            self.rto = self.poll_cfg.ack_timeout
             return messages.subscribe_frame(self.cfg.subscribe, self.sub_tag)
         if now_s - self._last_hello_s >= self.poll_cfg.hello_interval:
             pc.ask_hello()  # periodic: catches a restart of a device whose ring is empty
@@ -381,10 +399,15 @@ class DeviceClient:
             self.dc["polls"] += 1
         else:
             self.outstanding = REQ_HELLO
+        self.rto = self.rtt.on_send(f.message_id, now_s)
         return f
 
     def on_transport_error(self) -> float:
-        """No answer in time (or a broken one): the same request again after the returned delay."""
+        """No answer in time (or a broken one): the same request again after the returned delay.
+
+        The wait was the RTO, doubled by each timeout in a row (rtt.py): the first two retries go
+        out at once; from the third on (the device may be gone: HELLO) a bounded exponential
+        backoff from ``timeout / 2`` to ``backoff_max`` spares a dead link."""
         self.dc["timeouts"] += 1
         self.dirty = True
         p = self.poll_cfg
@@ -394,10 +417,12 @@ class DeviceClient:
             return 0.0
         self.outstanding = 0
         pc = self.pc
+        self.rtt.on_timeout(pc.tag)
         pc.on_timeout()
-        if pc.consecutive_errors >= 3 and pc.state == core.POLLING:
+        k = pc.consecutive_errors - 2
+        if k > 0 and pc.state == core.POLLING:
             pc.ask_hello()  # silent for a while: the device may have restarted
-        self.next_delay = pc.backoff(p.timeout * 0.5, p.backoff_max)
+        self.next_delay = min(p.backoff_max, p.timeout * 0.5 * (1 << min(k - 1, 16))) if k > 0 else 0.0
         return self.next_delay
 
     def on_bad_frame(self, code: int) -> None:
@@ -452,6 +477,8 @@ class DeviceClient:
                 self.on_bad_frame(wire.E_TYPE)  # a host->device type sent to us
                 return False
             pc = self.pc
+            if t != wire.HELLO or f.message_id == pc.tag:  # (a boot HELLO answers no request)
+                self.rtt.on_answer(f.message_id, now_s)  # the first frame of an answer: its round trip
             old_epoch = pc.epoch
             kind, data = pc.on_frame(f)
             if kind == core.STALE:

@@ -33,8 +33,9 @@ class PollConfig:
     batch: int = 64  # max_events in a POLL
     max_bytes: int = 1400  # max payload bytes in an answer (fits one Ethernet MTU)
     frames: int = 1  # answer frames per POLL (a burst, docs/protocol.md); >1 needs burst-aware devices
-    pipeline: bool = False  # with frames > 1: the next POLL goes out from a burst's predicted end
-    timeout: float = 0.25  # no answer within this: transport error, poll n again
+    pipeline: bool = True  # with frames > 1: the next POLL goes out from a burst's predicted end
+    timeout: float = 0.25  # ceiling of the retransmission timeout (RTO, rtt.py) and the RTO before a sample
+    rto_min: float = 0.002  # floor of the RTO (a serial link's floor is at least its line time, rtt.py)
     backoff_max: float = 5.0  # bound of the exponential backoff after transport errors
     hello_interval: float = 10.0  # periodic HELLO: catches restarts of devices with empty rings
     ack_timeout: float = 1.0  # SUBSCRIBE not acknowledged within this: send it again
@@ -71,6 +72,9 @@ class BridgeConfig:
     # "process": the store writes in a child process (rows over a pipe, its own GIL; dies with the
     # bridge); "thread": on a thread of the bridge process (docs/bridge.md, "Store writer")
     store_writer: str = "process"
+    # "full": every commit is fsynced before it returns, so ACKs (sent after it) confirm durable data;
+    # "normal": the WAL is fsynced only at checkpoints (a power loss can lose ACKed reports; docs/bridge.md)
+    store_sync: str = "full"
     shard: tuple[int, int] = (0, 1)  # (index, count): poll the devices whose hash falls in this shard
     poll: PollConfig = field(default_factory=PollConfig)
     devices: tuple[DeviceConfig, ...] = ()
@@ -87,7 +91,7 @@ def shard_of(device_id: str, count: int) -> int:
 
 _TOP = {"bridge", "polling", "store", "device"}
 _BRIDGE = {"id", "metrics", "bind", "log_level", "shard"}
-_STORE = {"path", "commit_interval", "commit_rows", "writer"}
+_STORE = {"path", "commit_interval", "commit_rows", "writer", "synchronous"}
 _POLL = {
     "interval",
     "interval_min",
@@ -98,6 +102,7 @@ _POLL = {
     "frames",
     "pipeline",
     "timeout",
+    "rto_min",
     "backoff_max",
     "hello_interval",
     "ack_timeout",
@@ -259,6 +264,9 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
     writer = _str(s, "writer", "store.", "process")
     if writer not in ("process", "thread"):
         raise ConfigError("store.writer", 'must be "process" or "thread", got %r' % writer)
+    sync = _str(s, "synchronous", "store.", "full")
+    if sync not in ("full", "normal"):
+        raise ConfigError("store.synchronous", 'must be "full" or "normal", got %r' % sync)
 
     w = "polling."
     interval_min = _num(pl, "interval_min", w, 0.005, 0.0, 3600.0)
@@ -279,8 +287,9 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
         batch=_int(pl, "batch", w, 64, 1, 255),
         max_bytes=_int(pl, "max_bytes", w, 1400, 16, 2047),
         frames=_int(pl, "frames", w, 1, 1, 32),
-        pipeline=_bool(pl, "pipeline", w, False),
+        pipeline=_bool(pl, "pipeline", w, True),
         timeout=_num(pl, "timeout", w, 0.25, 0.001, 60.0),
+        rto_min=_num(pl, "rto_min", w, 0.002, 0.0, 60.0),
         backoff_max=_num(pl, "backoff_max", w, 5.0, 0.001, 3600.0),
         hello_interval=_num(pl, "hello_interval", w, 10.0, 0.1, 86400.0),
         ack_timeout=_num(pl, "ack_timeout", w, 1.0, 0.01, 60.0),
@@ -357,6 +366,7 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
         commit_interval=commit_interval,
         commit_rows=commit_rows,
         store_writer=writer,
+        store_sync=sync,
         shard=(int(si), int(sk)),
         poll=poll,
         devices=tuple(devices),

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 from leadwire import codec, framing, messages, wire
 
 from . import logs
-from .client import REQ_SUBSCRIBE, Delivery, DeviceClient
+from .client import Delivery, DeviceClient
 from .config import BridgeConfig, DeviceConfig, parse_address
 from .metrics import Histogram, make_registry, serve
 from .store import GEN_INDEX, SEG_EVENT, Batch, Store, drain
@@ -216,14 +216,16 @@ class DeviceRunner:
         self.gen = 0  # number of the outstanding request: a timeout of an older one is ignored
         self.sent = 0.0  # loop time the outstanding request went out
         self.due = 0.0  # loop time it was due (the timer wakes late: sent >= due)
+        self.last_rx = 0.0  # loop time of the last frame received (a burst in progress keeps its deadline)
 
     # -- input -------------------------------------------------------------------------
 
     def on_datagram(self, data: bytes) -> None:
         c = self.client
         before = c.arrival
+        self.last_rx = t = self.loop.time()
         try:
-            done = c.receive(data, self.loop.time(), now_us())
+            done = c.receive(data, t, now_us())
         except wire.WireError as e:
             self.on_bad(e.code)
             return
@@ -352,8 +354,8 @@ class Scheduler:
         r.waiting = True
         r.sent = now
         r.gen += 1
-        timeout = c.poll_cfg.ack_timeout if c.outstanding == REQ_SUBSCRIBE else c.poll_cfg.timeout
-        heapq.heappush(self.deadlines, (now + timeout, next(self._tie), r, r.gen))
+        # the request's RTO (client.rto: measured on this link, rtt.py; ack_timeout for a SUBSCRIBE)
+        heapq.heappush(self.deadlines, (now + c.rto, next(self._tie), r, r.gen))
         r.link.send(data)
 
     def pause(self) -> None:
@@ -389,6 +391,10 @@ class Scheduler:
         while dl and dl[0][0] <= now:
             _, _, r, gen = heapq.heappop(dl)
             if r.waiting and r.gen == gen:  # no answer in time: a transport error
+                if r.last_rx > r.sent and r.last_rx + r.client.rto > now:
+                    # frames are still coming (a burst): silence, not the whole answer, is timed
+                    heapq.heappush(dl, (r.last_rx + r.client.rto, next(self._tie), r, gen))
+                    continue
                 r.waiting = False
                 r.gen += 1
                 r.client.on_transport_error()
@@ -479,14 +485,16 @@ class Bridge:
         self.sched = Scheduler(self)
         if cfg.store_writer == "process":
             # started on the loop's thread (PR_SET_PDEATHSIG follows the thread that forked)
-            proc = StoreProcess(cfg.store, cfg.bridge_id)
+            proc = StoreProcess(cfg.store, cfg.bridge_id, cfg.store_sync)
             try:
                 self.store = await loop.run_in_executor(self._writer, proc.wait_ready)
             except BaseException:
                 await loop.run_in_executor(self._writer, proc.close)
                 raise
         else:
-            self.store = await loop.run_in_executor(self._writer, _open_store, cfg.store, cfg.bridge_id)
+            self.store = await loop.run_in_executor(
+                self._writer, _open_store, cfg.store, cfg.bridge_id, cfg.store_sync
+            )
         devices = cfg.my_devices()
         udp = [d for d in devices if d.transport == "udp"]
         if udp:
@@ -570,6 +578,8 @@ class Bridge:
             self.commits += 1
             self.rows_committed += batch.arrivals
             self.events_committed += batch.events
+            # ACKs only now: write() returned, so the transaction holding their reports is committed
+            # and, with [store] synchronous = "full" (the default), fsynced (docs/bridge.md)
             for client, acks in batch.acks:
                 link = self.runners[client.device_id].link
                 for a in acks:
@@ -628,8 +638,8 @@ class Bridge:
         self.stopped.set()
 
 
-def _open_store(path: str, bridge_id: str) -> Store:
-    return Store(path, bridge_id, checkpoints=True)
+def _open_store(path: str, bridge_id: str, synchronous: str = "full") -> Store:
+    return Store(path, bridge_id, checkpoints=True, synchronous=synchronous)
 
 
 def _resolve(host: str, port: int) -> tuple[str, int]:
