@@ -12,10 +12,11 @@ from leadwire import codec, framing, messages, wire
 from leadwire.tools.board import start_board
 
 from ..firmware.authclient import POLL_ANSWERS, AuthClient
-from ..hil.client import UdpLink
+from ..hil.client import SerialLink, UdpLink
 from .boardfuzz import (
     MAX_DATAGRAM,
     SERIAL_CAP,
+    SERIAL_MAX_FRAME,
     BoardFuzzer,
     SerialBoardFuzzer,
     auth_verdict,
@@ -125,15 +126,23 @@ def test_the_board_answers_every_poll_and_counts_every_bad_frame_on_serial() -> 
 
 
 @pytest.mark.timeout(120)
-def test_with_auth_on_every_random_frame_is_refused_and_counted() -> None:
+@pytest.mark.parametrize("transport", ["udp", "serial"])
+def test_with_auth_on_every_random_frame_is_refused_and_counted(transport: str) -> None:
     """Auth on: random, mutated, well-formed unsigned, mutated signed and replayed signed frames;
     signed POLLs interleaved are all answered, and every input is counted exactly once: as a bad
-    frame (health) or as forged / replayed / unsigned (the auth record)."""
+    frame (health) or as forged / replayed / unsigned (the auth record). Over serial each input is
+    one COBS frame (StreamDecoder(136) with auth on: longer ones are oversize, a bad frame)."""
     n_inputs = 1500
-    with start_board("udp", key="auto", config=board_config(health_ms=100, alarm_gap_ms=50)) as b:
-        assert b.address is not None and b.key is not None
-        c = AuthClient(UdpLink(b.address), b.key)
-        gen = BoardFuzzer(b.address, seed=5)  # its inputs only (bad_input)
+    with start_board(transport, key="auto", config=board_config(health_ms=100, alarm_gap_ms=50)) as b:
+        assert b.key is not None
+        if transport == "udp":
+            assert b.address is not None
+            c = AuthClient(UdpLink(b.address), b.key)
+        else:
+            assert b.port is not None
+            c = AuthClient(SerialLink(b.port), b.key)
+            c.recv_bytes(1.0)  # the boot HELLO
+        gen = BoardFuzzer(None, seed=5)  # its inputs only (bad_input)
         rng = random.Random(5)
         accepted: list[bytes] = []  # the signed POLLs the board took
         want: Counter[str] = Counter()
@@ -174,8 +183,12 @@ def test_with_auth_on_every_random_frame_is_refused_and_counted() -> None:
                         data = bytes(reseal_signed(m) if rng.random() < 0.7 else m)
                     else:
                         data = gen.bad_input()[1]
-                    data = data[:MAX_DATAGRAM]
-                    v = auth_verdict(data, set(accepted))
+                    if transport == "udp":
+                        data = data[:MAX_DATAGRAM]
+                        v = auth_verdict(data, set(accepted))
+                    else:  # one run: a frame, or an error code (E_OVERSIZE above 136 bytes)
+                        (x,) = serial_items(framing.encode(data), SERIAL_MAX_FRAME + 8)
+                        v = auth_verdict(x, set(accepted)) if isinstance(x, bytes) else "bad"
                     if v != "hello":
                         break
                 c.send(data)
