@@ -32,6 +32,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: $(STAMP) lint check-java typecheck
+	@# the WebAssembly tier's MicroPython (tools/wasm/package.json, pinned); without npm tests/wasm skips
+	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tools/wasm --no-audit --no-fund --loglevel=error >/dev/null \
+	  || echo "*** npm ci --prefix tools/wasm failed: tests/wasm will fail and say why" >&2; fi
 	$(BIN)/pytest -q
 
 # Firmware type check: firmware/ and shared/leadwire against the MicroPython board stubs, installed

@@ -320,10 +320,10 @@ def _steady(fn, rounds):
 
 class _Poller:
     # What the agent does per event and what the host does per poll, as bound-method calls.
-    def __init__(self, capacity, slot, frame):
+    def __init__(self, capacity, slot, frame, start=0xFFFFFF00):
         from leadwire.ring import EventRing
 
-        self.ring = EventRing(capacity, 0xFFFFFF00, slot)
+        self.ring = EventRing(capacity, start, slot)
         self.payload = bytearray(slot)
         self.buf = bytearray(frame)
         self.hi = 0
@@ -405,6 +405,35 @@ def test_alloc_burst_answer():
     _steady(step, 200)
     eq(st[2], 80 * 401, "events carried by bursts")
     eq((st[0], st[1]), (ring._hi, (ring._lo - 80) & 0xFFFF), "still 80 behind, as at the start")
+
+
+def test_alloc_offsets_across_2_30_2_31_2_32():
+    # Rings starting just below 2^30 (the small-int limit of 32-bit ports), 2^31 (the sign of a
+    # 32-bit word) and 2^32 (the wrap): 82 events each, written and polled with heap_lock held for
+    # half of them (_steady), the host's offset on 16-bit halves; offsets checked outside the lock
+    from leadwire import codec
+
+    for start in (0x3FFFFFE0, 0x7FFFFFE0, 0xFFFFFFE0):
+        p = _Poller(64, 8, 256, start)
+        p.write()
+        p.hi = start >> 16
+        p.lo = start & 0xFFFF  # the host holds the first event
+
+        def step():
+            p.write()
+            p.write()
+            p.answer()
+
+        _steady(step, 20)
+        eq(p.got, 2 * 41, "events received from %x" % start)
+        eq((p.hi << 16) | p.lo, (start + 82) & 0xFFFFFFFF, "host offset from %x" % start)
+        r = p.ring
+        for v in (r._hi, r._lo, r._d, r.count):
+            if not -(1 << 17) < v < (1 << 17):
+                raise AssertionError("ring state holds a large int %d" % v)
+        p.write()
+        size = r.answer_into(p.buf, p.hi, p.lo, 20, 200)
+        eq(codec.decode(bytes(p.buf[:size])).seq, (start + 83) & 0xFFFFFFFF, "next from %x" % start)
 
 
 def test_write_samples_equals_writes():
