@@ -220,6 +220,10 @@ def fmt_window(seconds: Any) -> str:
 _FORMAT: dict[str, Callable[[Any], str]] = {"int": fmt_int, "pct": fmt_pct, "us": fmt_us, "text": str}
 
 
+def _plural(n: int, word: str) -> str:
+    return "%s %s%s" % (fmt_int(n), word, "" if n == 1 else "s")
+
+
 def _e(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
@@ -441,42 +445,76 @@ def _tiles(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
     return '<div class="tiles">%s</div>' % "".join(tiles)
 
 
+_HEAD_LOSS = (
+    "lost in overruns before the first event the bridge stored from that boot (the ring overran again "
+    "between the first contact and the first answer with events): the bridge counts them exactly, but "
+    "no gap can show them, since a gap needs a received message on both sides"
+)
+_NO_RECORD = (
+    "event-ring gaps without an overrun record in the input (a <code>losses/</code> table that is "
+    "absent, or a date range that cuts off the recovery record of an overrun)"
+)
+_REPORT_GAPS = (
+    "reports that never arrived inside their push sessions (lost on the way and never resent; reports "
+    "are pushed, not kept in the ring)"
+)
+
+
+def _by_kind(s: dict[str, Any], cw: pa.Table) -> tuple[str, list[str]]:
+    """Exact reconciliation from per-kind gaps (a table with kind and lost, e.g. channel_windows)."""
+    exact = int(s.get("events_lost_exact") or 0)
+    ev = _sum(cw.filter(pc.equal(cw.column("kind"), "event")), "lost")
+    rep = _sum(cw.filter(pc.equal(cw.column("kind"), "report")), "lost")
+    parts = []
+    if exact > ev:
+        parts.append("<b>%s</b> events were %s." % (fmt_int(exact - ev), _HEAD_LOSS))
+    elif exact < ev:
+        parts.append("<b>%s</b> %s." % (fmt_int(ev - exact), _NO_RECORD))
+    else:
+        parts.append("Every event lost in an overrun shows as a gap in its event ring: the two agree.")
+    if rep:
+        parts.append("<b>%s</b> gaps are not overrun losses but %s." % (fmt_int(rep), _REPORT_GAPS))
+    return "%s in event rings + %s in report sessions" % (fmt_int(ev), fmt_int(rep)), parts
+
+
+def _by_device(dev: pa.Table | None) -> list[str]:
+    """Bounds from the per-device totals when gaps are not split by kind: on a device, gaps = event
+    gaps + report gaps, and (every event gap having its overrun record) events lost before a boot's
+    first stored event = lost in overruns - event gaps >= lost in overruns - gaps."""
+    rows = _rows(dev, ["lost", "events_lost_exact"])
+    diff = [int(r["events_lost_exact"] or 0) - int(r["lost"] or 0) for r in rows]
+    more = [d for d in diff if d > 0]
+    less = [-d for d in diff if d < 0]
+    parts = []
+    if more:
+        parts.append(
+            "At least <b>%s</b> events (on %s whose overruns lost more than their gaps show) were %s."
+            % (fmt_int(sum(more)), _plural(len(more), "device"), _HEAD_LOSS)
+        )
+    if less:
+        parts.append(
+            "At least <b>%s</b> gaps (on %s with more gaps than events lost in overruns) are not overrun "
+            "losses: %s, or %s."
+            % (fmt_int(sum(less)), _plural(len(less), "device"), _REPORT_GAPS, _NO_RECORD)
+        )
+    if rows and not more and not less:
+        parts.append("On every device the gaps never filled equal the events lost in overruns.")
+    parts.append(
+        "Per device, the two counts are side by side in the device table below: sort by either. "
+        "(Without the gaps split into event rings and report sessions, these are lower bounds.)"
+    )
+    return parts
+
+
 def _loss_split(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
     """The two loss counts side by side, what each sees, and how this run's numbers reconcile."""
     g = s.get
     lost, exact = int(g("lost") or 0), int(g("events_lost_exact") or 0)
     cw = tables.get("channel_windows")
-    parts: list[str] = []
-    if cw is not None and "kind" in cw.column_names:
-        ev = _sum(cw.filter(pc.equal(cw.column("kind"), "event")), "lost")
-        rep = _sum(cw.filter(pc.equal(cw.column("kind"), "report")), "lost")
-        split = "%s in event rings + %s in report sessions" % (fmt_int(ev), fmt_int(rep))
-        if exact > ev:
-            parts.append(
-                "<b>%s</b> events were lost in overruns before the first event the bridge stored from "
-                "that boot (the ring overran again between the first contact and the first answer with "
-                "events): the bridge counts them exactly, but no gap can show them, since a gap needs a "
-                "received message on both sides." % fmt_int(exact - ev)
-            )
-        elif exact < ev:
-            parts.append(
-                "<b>%s</b> event-ring gaps have no overrun record in the input (a <code>losses/</code> "
-                "table that is absent, or a date range that cuts off the recovery record of an overrun)."
-                % fmt_int(ev - exact)
-            )
-        else:
-            parts.append("Every event lost in an overrun shows as a gap in its event ring: the two agree.")
-        if rep:
-            parts.append(
-                "<b>%s</b> reports never arrived inside their push sessions (lost on the way and never "
-                "resent): gaps, but not overruns, since reports are pushed, not kept in the ring."
-                % fmt_int(rep)
-            )
+    if cw is not None and {"kind", "lost"} <= set(cw.column_names):
+        split, parts = _by_kind(s, cw)
     else:
-        split = "events and reports"
-        parts.append(
-            "The per-kind split needs the <code>channel_windows</code> table, not given to the report."
-        )
+        split, parts = "in event rings and report sessions", _by_device(tables.get("devices"))
     head = int(g("report_head_missing") or 0)
     if head:
         parts.append(
@@ -490,7 +528,7 @@ def _loss_split(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
     )
     return (
         '<div class="two"><div class="card"><h3>Gaps never filled</h3><div class="big">%s</div>'
-        "<p>%s. Measured by this job from the arrivals alone: per lead domain (one boot's event ring, "
+        "<p>%s: measured by this job from the arrivals alone: per lead domain (one boot's event ring, "
         "or one channel's report session), the sequence numbers between the lowest and highest "
         "received that never arrived, after all late arrivals. Any link, any cause. "
         "The loss rate is gaps / (unique messages + gaps) = <b>%s</b>.</p></div>"
