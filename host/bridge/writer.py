@@ -49,7 +49,7 @@ class StoreProcess:
     loop's): PR_SET_PDEATHSIG fires when the thread that started the child ends. Then call
     :meth:`wait_ready` (blocking: on the store executor)."""
 
-    def __init__(self, path: str, bridge_id: str = "bridge") -> None:
+    def __init__(self, path: str, bridge_id: str = "bridge", synchronous: str = "full") -> None:
         self.path = path
         self.commits = 0
         self.rows = 0
@@ -58,7 +58,7 @@ class StoreProcess:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", "from leadwire.bridge.writer import main; main()",
-                 str(theirs.fileno()), path, bridge_id, str(os.getpid())],
+                 str(theirs.fileno()), path, bridge_id, str(os.getpid()), synchronous],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 # the same leadwire as the bridge's, whatever put it on the bridge's path
@@ -92,6 +92,8 @@ class StoreProcess:
         return key, state
 
     def write(self, b: Batch) -> int:
+        """One transaction in the child; returns once it is committed (and, with synchronous
+        "full", fsynced): only then does the daemon send the batch's ACKs."""
         data = marshal.dumps((b.segments, b.losses, b.boots, b.devices, b.commit_us, b.arrivals, b.events))
         self.conn.send_bytes(b"W" + data)
         conflicts: int = self._reply()
@@ -139,6 +141,7 @@ def _error(e: BaseException) -> bytes:
 
 def main() -> None:
     fd, path, bridge_id, parent = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+    synchronous = sys.argv[5] if len(sys.argv) > 5 else "full"
     _die_with_parent()
     if os.getppid() != parent:
         os._exit(1)
@@ -146,7 +149,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn = Connection(fd)
     try:
-        store = Store(path, bridge_id, checkpoints=True)
+        store = Store(path, bridge_id, checkpoints=True, synchronous=synchronous)
     except BaseException as e:
         conn.send_bytes(_error(e))
         return
