@@ -14,10 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIRMWARE = ROOT / "firmware"
-CORE = ROOT / "shared" / "leadwire"
+if (ROOT / "shared" / "leadwire").is_dir():  # the source tree (or an editable install of it)
+    FIRMWARE = ROOT / "firmware"
+    CORE = ROOT / "shared" / "leadwire"
+else:  # installed from a wheel: this file in leadwire/tools/, the core in leadwire/, leadwire/firmware/
+    FIRMWARE = ROOT / "firmware"
+    CORE = ROOT
 
 MARCH = {"unix": "x64", "esp32": "xtensawin", "rp2": "armv6m"}
+VIPER = "_viper"  # the one module with native code (viper); every other module is bytecode only
+
+
+class BuildError(ValueError):
+    """mpy-cross refused a source file; the message is one line: the file, the line, mpy-cross's error."""
 # the core modules a board may import (codec, messages, lead, reassembly, client, u32: host only)
 CORE_DEVICE = (
     "__init__",
@@ -53,7 +62,9 @@ def tool(name: str) -> str:
     return exe
 
 
-def plan(kind: str) -> list[Item]:
+def plan(kind: str, viper: bool = True) -> list[Item]:
+    """What goes on a board of `kind`; viper False: without _viper.mpy (a board that cannot load the
+    native code mpy-cross emits runs the core's bytecode twins)."""
     if kind not in MARCH:
         raise ValueError("board kind must be one of %s" % ", ".join(MARCH))
     items = [Item(FIRMWARE / "main.py", "main.py", False)]
@@ -61,30 +72,45 @@ def plan(kind: str) -> list[Item]:
     if kind != "unix":
         items.append(Item(FIRMWARE / "wlan.py", "wlan.mpy", True))
     items.append(Item(FIRMWARE / "boards" / (kind + ".py"), "boards/%s.mpy" % kind, True))
-    items += [Item(CORE / (m + ".py"), "leadwire/%s.mpy" % m, True) for m in CORE_DEVICE]
+    items += [
+        Item(CORE / (m + ".py"), "leadwire/%s.mpy" % m, True) for m in CORE_DEVICE if viper or m != VIPER
+    ]
     return items
 
 
-def build(kind: str, out: Path) -> list[Item]:
-    """Compile the plan for `kind` into `out` (created); returns the plan."""
-    items = plan(kind)
-    cross = tool("mpy-cross")
+def compile_one(src: Path, dest: Path, march: str) -> None:
+    """mpy-cross `src` -> `dest` for `march`; BuildError (one line) when it refuses."""
+    try:
+        r = subprocess.run(
+            # -s: the module's own name as its source name in tracebacks: a qstr the board has
+            # anyway ("crc16.py" would be one more per module; every name a board interns
+            # costs heap, and past 300 the interpreter adds a 3.9 KB qstr pool:
+            # tests/firmware/test_qstr_budget.py);
+            # -O3: no line-number tables (~640 B of heap at 64K; tracebacks show no line) --
+            # and no asserts, which the device code does not use
+            [tool("mpy-cross"), "-march=" + march, "-O3", "-s", src.stem, "-o", str(dest), str(src)],
+            timeout=60,
+            capture_output=True,
+            text=True,
+        )
+    except subprocess.TimeoutExpired:
+        raise BuildError("mpy-cross took over 60 s on %s" % src) from None
+    if r.returncode != 0:
+        said = (r.stderr + r.stdout).strip().splitlines() or ["exit %d, no output" % r.returncode]
+        where = [ln.strip() for ln in said if ln.strip().startswith("File ")]
+        line = where[-1].rsplit(", ", 1)[-1] + ": " if where and ", line " in where[-1] else ""
+        raise BuildError("mpy-cross -march=%s cannot compile %s: %s%s" % (march, src, line, said[-1].strip()))
+
+
+def build(kind: str, out: Path, march: str | None = None, viper: bool = True) -> list[Item]:
+    """Compile the plan for `kind` into `out` (created), native code for `march` (default: the
+    kind's usual chip, MARCH); returns the plan. BuildError when mpy-cross refuses a file."""
+    items = plan(kind, viper)
     for it in items:
         dest = out / it.dest
         dest.parent.mkdir(parents=True, exist_ok=True)
         if it.compile:
-            subprocess.run(
-                # -s: the module's own name as its source name in tracebacks: a qstr the board has
-                # anyway ("crc16.py" would be one more per module; every name a board interns
-                # costs heap, and past 300 the interpreter adds a 3.9 KB qstr pool:
-                # tests/firmware/test_qstr_budget.py);
-                # -O3: no line-number tables (~640 B of heap at 64K; tracebacks show no line) --
-                # and no asserts, which the device code does not use
-                [cross, "-march=" + MARCH[kind], "-O3", "-s", it.src.stem, "-o", str(dest), str(it.src)],
-                check=True,
-                timeout=60,
-                capture_output=True,
-            )
+            compile_one(it.src, dest, march or MARCH[kind])
         else:
             shutil.copyfile(it.src, dest)
     return items
