@@ -420,10 +420,12 @@ def lw_run(
     tick: int,
     frames: int,
     pipeline: bool = True,
+    code: str | None = None,
 ) -> dict[str, Any]:
+    """One leadwire run; `code`: a directory whose `leadwire` package the bridge runs (--before)."""
     from leadwire.tools.board import start_board
 
-    run = tmp / ("lw-%d-%d-%g" % (size, hz, loss))
+    run = tmp / ("lw-%d-%d-%g-%s" % (size, hz, loss, "before" if code else "now"))
     run.mkdir()
     cfg = {
         "ring": ring,
@@ -470,7 +472,8 @@ def lw_run(
                 str(frames),
                 "--pipeline",
                 str(int(pipeline)),
-            ]
+            ],
+            env={**os.environ, "PYTHONPATH": code} if code else None,
         )
         res = host.wait_line("store", seconds + 60)
         board_cpu = cpu_seconds(board.pid)
@@ -522,8 +525,82 @@ def lw_run(
         "board_cpu_pct": 100 * board_cpu / board_wall if board_cpu is not None else None,
         "rtt_ms": res["rtt_ms"],
         "bridge_gap_ms": res["bridge_gap_ms"],
+        "rto": res.get("rto"),
+        "code": "before" if code else "now",
         **counters,
     }
+
+
+def before_tree(ref: str, dest: Path) -> str:
+    """The leadwire package of git ref `ref` laid out under dest (as the editable install maps it):
+    PYTHONPATH=dest makes a bridge run that code against the same board (the firmware is this tree's)."""
+    src = dest / "src"
+    src.mkdir(parents=True)
+    arch = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "shared/leadwire", "host/bridge", "tools"],
+                          check=True, capture_output=True).stdout  # fmt: skip
+    with tarfile.open(fileobj=io.BytesIO(arch)) as tf:
+        tf.extractall(src, filter="data")
+    pkg = dest / "leadwire"
+    shutil.copytree(src / "shared" / "leadwire", pkg)
+    shutil.copytree(src / "host" / "bridge", pkg / "bridge")
+    shutil.copytree(src / "tools", pkg / "tools")
+    return str(dest)
+
+
+def lw_ladders(res: dict[str, Any], args: argparse.Namespace, tmp: Path, code: str | None, note: Any) -> None:
+    """leadwire's ladder of offered rates per size, lossless then at each loss of --losses."""
+    for size in args.sizes:
+        for loss in [0.0, *args.losses]:
+            for hz in args.lw_rates[size]:
+                r = lw_run(tmp, size, hz, args.ring[size], args.events, args.lw_seconds, loss, args.timeout,
+                           args.tick, args.frames, not args.no_pipeline, code)  # fmt: skip
+                note(r)
+                res["ladders"].append(r)
+
+
+def best(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    ok = [r for r in runs if not math.isnan(r["rate"])]
+    return max(ok, key=lambda r: r["rate"]) if ok else None
+
+
+def loss_report(res: dict[str, Any]) -> str:
+    """Per size and code: lossy / lossless acknowledged events/s, highest loss-free offered rate, RTO."""
+    rows = [["code", "size", "loss each way", "best ack events/s", "ratio to lossless",
+             "highest offered rate with no counted loss", "ratio to lossless", "RTO samples",
+             "SRTT ms", "RTO p50 / p99 ms", "timeouts", "spurious retransmissions"]]  # fmt: skip
+    out = []
+    for code in ("before", "now"):
+        for size in res["sizes"]:
+            runs = [r for r in res["ladders"] if r["code"] == code and r["size"] == size]
+            if not runs:
+                continue
+            clean = [r for r in runs if r["loss"] == 0]
+            b0 = best(clean)
+            free0 = max((r["offered_hz"] for r in clean if r["known_lost"] == 0), default=0)
+            for loss in sorted({r["loss"] for r in runs}):
+                lr = [r for r in runs if r["loss"] == loss]
+                b = best(lr)
+                if b is None or b0 is None:
+                    continue
+                free = max((r["offered_hz"] for r in lr if r["known_lost"] == 0), default=0)
+                rto = b.get("rto") or {}
+
+                def ms(v: Any) -> str:
+                    return "%.2f" % (1e3 * v) if isinstance(v, float) else "-"
+
+                rows.append([code, str(size), "%g%%" % (100 * loss), fmt(b["rate"]),
+                             "%.3f" % (b["rate"] / b0["rate"]),
+                             fmt(free) if free else "none", "%.2f" % (free / free0) if free0 else "n/a",
+                             fmt(rto.get("samples")), ms(rto.get("srtt")),
+                             "%s / %s" % (ms(rto.get("rto_p50")), ms(rto.get("rto_p99"))),
+                             fmt(b["counters"].get("timeouts")), fmt(rto.get("spurious"))])  # fmt: skip
+    out.append(table(rows))
+    out.append(
+        "\n(best = the offered rate of the ladder with the most acknowledged events/s; loss-free = no "
+        "event counted lost by a RECOVERY; RTO statistics of the best run; silent loss in every "
+        "leadwire run: %s)" % fmt(sum(r["silent_lost"] for r in res["ladders"]))
+    )
+    return "\n".join(out)
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -759,6 +836,8 @@ def inside(args: argparse.Namespace) -> int:
         "loss": args.loss,
         "clean": [],
         "impaired": [],
+        "ladders": [],
+        "losses": args.losses,
         "events": args.events,
     }
     log("peer_mqtt_bench: " + res["machine"])
@@ -784,7 +863,11 @@ def inside(args: argparse.Namespace) -> int:
                 )
             )
 
-        for size in args.sizes:
+        if args.before:
+            lw_ladders(res, args, tmp, before_tree(args.before, tmp / "before"), note)
+        lw_ladders(res, args, tmp, None, note)
+        res["clean"] += [r for r in res["ladders"] if r["code"] == "now" and r["loss"] == 0]
+        for size in [] if args.only_lw else args.sizes:
             for qos, nodelay, cap in (
                 (0, False, args.seconds),
                 (0, True, args.seconds),
@@ -794,46 +877,19 @@ def inside(args: argparse.Namespace) -> int:
                 r = mqtt_run(tmp, pubdir, size, qos, nodelay, args.events, cap, 0.0)
                 note(r)
                 res["clean"].append(r)
-            for hz in args.lw_rates[size]:
-                r = lw_run(
-                    tmp,
-                    size,
-                    hz,
-                    args.ring[size],
-                    args.events,
-                    args.lw_seconds,
-                    0.0,
-                    args.timeout,
-                    args.tick,
-                    args.frames,
-                    not args.no_pipeline,
-                )
-                note(r)
-                res["clean"].append(r)
-        if args.loss > 0:
+        if args.loss > 0 and not args.only_lw:
             for size in args.sizes:
                 for qos, nodelay in ((0, False), (1, True)):
                     r = mqtt_run(tmp, pubdir, size, qos, nodelay, args.events, args.seconds, args.loss)
                     note(r)
                     res["impaired"].append(r)
-                lws = [r for r in res["clean"] if r["system"] == "leadwire" and r["size"] == size]
-                hz = max(lws, key=lambda r: r["rate"] if not math.isnan(r["rate"]) else -1)["offered_hz"]
-                r = lw_run(
-                    tmp,
-                    size,
-                    hz,
-                    args.ring[size],
-                    args.events,
-                    args.lw_seconds,
-                    args.loss,
-                    args.timeout,
-                    args.tick,
-                    args.frames,
-                    not args.no_pipeline,
-                )
-                note(r)
-                res["impaired"].append(r)
-    text = report(res)
+                lws = [r for r in res["ladders"] if r["code"] == "now" and r["size"] == size]
+                at = [r for r in lws if r["loss"] == args.loss]
+                if at:  # the lossy run at the offered rate that was best without loss
+                    hz = best([r for r in lws if r["loss"] == 0])["offered_hz"]  # type: ignore[index]
+                    res["impaired"].append(next(r for r in at if r["offered_hz"] == hz))
+    text = "" if args.only_lw else report(res) + "\n\n"
+    text += "### Lossy links (leadwire)\n\n" + loss_report(res)
     print("\nleadwire vs MQTT -- %s\n" % res["machine"])
     print(text, flush=True)
     out = Path(args.out)
@@ -870,11 +926,15 @@ def main() -> int:
     ap.add_argument(
         "--timeout", type=float, default=0.02, help="bridge poll timeout, s (loopback RTT < 1 ms)"
     )
-    ap.add_argument("--loss", type=float, default=0.05, help="packet loss each way in the impaired runs")
+    ap.add_argument("--loss", type=float, default=0.05, help="packet loss each way in the impaired MQTT runs")
+    ap.add_argument("--losses", default="0.01,0.05", help="leadwire ladders at these losses each way, too")
+    ap.add_argument("--before", default="", help="git ref: also run the leadwire ladders with that code")
+    ap.add_argument("--only-lw", action="store_true", help="leadwire ladders only (no MQTT runs)")
     ap.add_argument("--out", default=str(OUT), help="where results.json and results.md go")
     ap.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.losses = [float(x) for x in args.losses.split(",") if x]
     args.lw_rates = {
         int(k): [int(x) for x in v.split("/")] for k, v in (p.split(":") for p in args.lw_rates.split(","))
     }

@@ -44,6 +44,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "backoff_max": max(args.timeout, 0.05),
             "frames": args.frames,
             "pipeline": bool(args.pipeline),
+            **({"rto_min": args.rto_min} if args.rto_min >= 0 else {}),  # (code before rtt.py: no key)
         },
         "device": [{"id": "board-1", "udp": args.board, "auth": False}],  # the board: start_board(key=None)
     }
@@ -103,6 +104,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "commits": commits,
         "counters": dict(c.dc, pipelined=c.pc.pipelined, mispredicted=c.pc.mispredicted),
+        "rto": c.rtt.stats() if hasattr(c, "rtt") else None,  # retransmission timing (rtt.py)
         "failed": repr(b.failed) if b.failed else None,
         "bridge_cpu_s": cpu,
         "writer_cpu_s": wcpu - wcpu0 if wcpu is not None and wcpu0 is not None else None,
@@ -194,6 +196,7 @@ def main() -> int:
     ap.add_argument("--max-bytes", type=int, default=1460)
     ap.add_argument("--frames", type=int, default=16)
     ap.add_argument("--pipeline", type=int, default=1, help="1: pipelined POLLs (polling.pipeline)")
+    ap.add_argument("--rto-min", type=float, default=-1.0, help="polling.rto_min (default: the bridge's)")
     args = ap.parse_args()
     res = asyncio.run(run(args))
     res["store"] = account(args.store)

@@ -244,6 +244,7 @@ class DeviceClient:
             floor = max(floor, serial_floor(cfg.baud, req, wire.OVERHEAD + poll.max_bytes + sig))
         self.rtt = RttEstimator(floor, poll.timeout)
         self.rto = self.rtt.rto
+        self._last_rx_s = float("-inf")  # when the last polling frame arrived (rtt.on_answer)
         # adaptive polling
         self.interval = poll.interval
         self.next_delay = 0.0
@@ -386,7 +387,13 @@ class DeviceClient:
             self.outstanding = REQ_SUBSCRIBE
             self.sub_tag = (self.sub_tag + 1) & 0xFF
             self.session += 1  # the device starts a session (numbers from 1) on every SUBSCRIBE
-            self.sub_channels = {ch: self.session for ch in self.cfg.subscribe}
+            # Reports count for this session only once the device has ACKed the SUBSCRIBE (_on_ack):
+            # until then one may be from its previous session, and our ACK for it (an ACK names no
+            # session) would confirm the new session's report of the same number, which the device
+            # then forgets. The previous session's ACKs not yet committed go for the same reason (its
+            # reports are still stored; the device drops them unconfirmed). Found by the power cuts.
+            self.sub_channels = {}
+            self.out_acks = []
             self.dirty = True
             self.rto = self.poll_cfg.ack_timeout
             return messages.subscribe_frame(self.cfg.subscribe, self.sub_tag)
@@ -478,7 +485,9 @@ class DeviceClient:
                 return False
             pc = self.pc
             if t != wire.HELLO or f.message_id == pc.tag:  # (a boot HELLO answers no request)
-                self.rtt.on_answer(f.message_id, now_s)  # the first frame of an answer: its round trip
+                # the first frame of an answer: its round trip, from the send or the frame before
+                self.rtt.on_answer(f.message_id, now_s, self._last_rx_s)
+            self._last_rx_s = now_s
             old_epoch = pc.epoch
             kind, data = pc.on_frame(f)
             if kind == core.STALE:
@@ -718,6 +727,7 @@ class DeviceClient:
             self.dirty = True
             if messages.is_success(status):
                 self.need_subscribe = False
+                self.sub_channels = {ch: self.session for ch in self.cfg.subscribe}
                 self.next_delay = 0.0
                 self.log.append(
                     ("subscribed", {"channels": list(self.cfg.subscribe), "session": self.session})

@@ -98,16 +98,22 @@ class RttEstimator:
         if tag in self._sent:
             self._timed_out.add(tag)
 
-    def on_answer(self, tag: int, now: float) -> float | None:
+    def on_answer(self, tag: int, now: float, quiet_since: float = float("-inf")) -> float | None:
         """A frame answering the send with this tag arrived now: the round trip of that send, the first
-        time only (None for copies, later frames of the same answer, and unknown tags)."""
+        time only (None for copies, later frames of the same answer, and unknown tags).
+
+        `quiet_since`: when the frame before this one arrived. A request sent while the answer to
+        the one before was still coming (a pipelined POLL) is read by the device after that answer,
+        and the bridge times its silence from the last frame (the scheduler re-arms the deadline on
+        every frame): the sample is measured the same way, from the later of the send and that
+        frame."""
         t0 = self._sent.pop(tag, None)
         if t0 is None:
             return None
         if tag in self._timed_out:
             self._timed_out.discard(tag)
             self.spurious += 1
-        r = max(0.0, now - t0)
+        r = max(0.0, now - max(t0, quiet_since))
         self.sample(r)
         return r
 

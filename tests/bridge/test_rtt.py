@@ -55,6 +55,12 @@ def test_rfc6298_arithmetic_and_bounds() -> None:
     assert e.spurious == 1 and e.backoff == 0 and e.samples == 3
     assert e.on_answer(3, 13.0) is None  # a copy: no second sample
     assert e.on_answer(99, 13.0) is None  # never sent
+    # a pipelined POLL sent while the answer before it was still coming: timed from that answer's
+    # last frame (the device reads the POLL after it), as the scheduler times the silence
+    e.on_send(6, 20.0)
+    assert e.on_answer(6, 20.5, quiet_since=20.3) == pytest.approx(0.2)
+    e.on_send(7, 21.0)
+    assert e.on_answer(7, 21.5, quiet_since=20.9) == pytest.approx(0.5)  # quiet before the send
     # floor: a link faster than the floor
     f = RttEstimator(floor=0.01, ceiling=1.0)
     f.on_send(0, 0.0)
@@ -67,7 +73,7 @@ def test_rfc6298_arithmetic_and_bounds() -> None:
     # a floor above the ceiling wins (a serial line slower than polling.timeout allows)
     assert RttEstimator(floor=2.0, ceiling=0.25).rto == 2.0
     st = e.stats()
-    assert (st["sends"], st["samples"], st["timeouts"], st["spurious"]) == (5, 3, 3, 1)
+    assert (st["sends"], st["samples"], st["timeouts"], st["spurious"]) == (7, 5, 3, 1)
 
 
 def test_serial_floor_is_the_line_time_of_a_request_and_an_answer_frame() -> None:
@@ -103,6 +109,7 @@ class Link:
         self.gen = 0
         self.sent = 0.0
         self.last_rx = -1.0
+        self.last_poll_rx = float("-inf")  # the last polling frame (the client's quiet_since)
         self.sends: dict[int, list[float]] = {}  # send number -> [tag, send time, first answer time]
         # tag -> send number of the unanswered sends the estimator remembers (the last KEEP of them)
         self.pending: OrderedDict[int, int] = OrderedDict()
@@ -170,9 +177,11 @@ class Link:
                 if k is not None:
                     s = self.sends[k]
                     s[2] = self.t
-                    self.expected_samples.append(self.t - s[1])
+                    self.expected_samples.append(self.t - max(s[1], self.last_poll_rx))
                     if k in self.timed_out:
                         self.spurious += 1
+            if f.type in (wire.EVENTS, wire.NO_EVENT, wire.RECOVERY, wire.HELLO):
+                self.last_poll_rx = self.t
             if cl.receive(item, self.t, int(self.t * 1e6)) and self.waiting:
                 self.answered()
         elif kind == "deadline":
