@@ -70,7 +70,8 @@ async def run(tmp: Path, name: str, loss: float) -> dict[str, Any]:
     before = sum(u32.distance(n0, core.start) for n0, _, cause in losses if cause == "first_contact")
     assert len(offs) == len(set(offs))  # nothing stored twice
     assert len(offs) + lost + before == core.generated  # every event stored or counted lost
-    return {"rate": rate, "lost": lost, "stored": len(offs), "rto": c.rtt.stats(), "timeouts": c.dc["timeouts"]}
+    return {"rate": rate, "lost": lost, "stored": len(offs), "rto": c.rtt.stats(),
+            "timeouts": c.dc["timeouts"]}  # fmt: skip
 
 
 @pytest.mark.timeout(60)
