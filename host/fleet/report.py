@@ -684,7 +684,8 @@ def _span(lt: pa.Table | None, window_s: Any) -> str:
     if lo is None:
         return ""
     hi = hi + dt.timedelta(seconds=int(window_s or 0))
-    return "%s &ndash; %s UTC" % (lo.strftime("%Y-%m-%d %H:%M"), hi.strftime("%Y-%m-%d %H:%M"))
+    f = "%Y-%m-%d %H:%M" if int(window_s or 0) % 60 == 0 else "%Y-%m-%d %H:%M:%S"
+    return "%s &ndash; %s UTC" % (lo.strftime(f), hi.strftime(f))
 
 
 _GLOSSARY = [
@@ -763,7 +764,9 @@ def _order_card(s: dict[str, Any]) -> str:
         (
             "Worst lateness",
             "%s seqs behind; reorder depth %s arrivals; %s after the arrival that overtook it"
-            % (fmt_int(g("lateness_seq_max")), fmt_int(g("reorder_depth_max")), fmt_us(g("lateness_us_max"))),
+            % (fmt_int(g("lateness_seq_max")), fmt_int(g("reorder_depth_max")), fmt_us(g("lateness_us_max")))
+            if g("late")
+            else "no late arrivals",
         ),
         ("Reports resent", "%s (spec 003 retransmissions)" % fmt_int(g("retransmissions"))),
         ("Missing at a session head", "%s reports" % fmt_int(g("report_head_missing"))),
