@@ -580,7 +580,9 @@ class Bridge:
             self.events_committed += batch.events
             # ACKs only now: write() returned, so the transaction holding their reports is committed
             # and, with [store] synchronous = "full" (the default), fsynced (docs/bridge.md)
-            for client, acks in batch.acks:
+            for client, session, acks in batch.acks:
+                if client.session != session:
+                    continue  # a SUBSCRIBE went out since: the device's new session has these numbers
                 link = self.runners[client.device_id].link
                 for a in acks:
                     link.send(client.sign(a))  # signed now: counters in sending order

@@ -140,7 +140,8 @@ class Batch:
     losses: list[tuple[Any, ...]] = field(default_factory=list)
     boots: list[tuple[Any, ...]] = field(default_factory=list)
     devices: list[tuple[Any, ...]] = field(default_factory=list)
-    acks: list[tuple[DeviceClient, list[bytes]]] = field(default_factory=list)
+    # (client, its push session when drained, ACKs): all of that session (a SUBSCRIBE clears them)
+    acks: list[tuple[DeviceClient, int, list[bytes]]] = field(default_factory=list)
     commit_us: int = 0
     arrivals: int = 0  # rows in segments
     events: int = 0  # first arrivals of events among them
@@ -181,7 +182,7 @@ def drain(clients: Iterable[DeviceClient], batch: Batch) -> None:
             batch.boots.extend(boot_row(c.dev_key, b) for b in c.out_boots)
             c.out_boots = []
         if c.out_acks:
-            batch.acks.append((c, c.out_acks))
+            batch.acks.append((c, c.session, c.out_acks))
             c.out_acks = []
         batch.devices.append(c.snapshot())
 
