@@ -323,7 +323,7 @@ def _plot_worst(w: pa.Table, path: str) -> None:
 
 def _plot_compare(c: pa.Table, dim: str, path: str, title: str) -> None:
     rows = sorted(_rows(c), key=lambda r: str(r[dim]))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.1))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 2.8))
     if rows:
         labels = [str(r[dim]) for r in rows]
         rates = [("loss_rate", "loss"), ("dup_rate", "duplicates"), ("late_rate", "late")]

@@ -234,6 +234,7 @@ def test_tiles_and_the_two_loss_counts(report: Path) -> None:
     # no column names where words belong; raw values only in data-v (for sorting) and tooltips
     assert "loss_rate 0." not in page and "events_lost_exact 2623" not in page
     assert '<td data-v="2000">2,000</td>' in page
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from a network
 
 
 def test_without_channel_windows_and_with_mismatches(tmp_path: Path) -> None:
