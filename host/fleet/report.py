@@ -12,8 +12,9 @@ Tables, read with pyarrow only (no pandas):
 
 * required: ``devices``, ``worst_devices``, ``by_firmware``, ``by_transport``, ``loss_over_time``,
   ``lead_histogram``, ``latency``;
-* optional: ``channel_windows`` (only to split the gaps into event rings and report sessions; the
-  page says so when it is absent), ``mismatches`` (first rows of the consistency check);
+* optional: ``mismatches`` (first rows of the consistency check); ``channel_windows`` or any table
+  with ``kind`` and ``lost`` (splits the gaps into event rings and report sessions exactly; without
+  it the page reconciles the two loss counts with per-device lower bounds);
 * ``summary``: the dict ``run_job`` returns (fleet totals, ``rows``, ``seconds``,
   ``window_seconds``, ``input_dir``, ``mismatch_rows``); a missing number shows as "-".
 
@@ -192,12 +193,14 @@ def fmt_us(us: Any) -> str:
         return "-"
     v = float(us)
     a = abs(v)
-    if a < 1_000:
+    if a < 999.5:
         return "%d µs" % round(v)
-    for unit, scale in (("ms", 1e3), ("s", 1e6)):
-        if a < 1_000 * scale and (unit == "ms" or a < 60e6):
-            x = v / scale
-            return ("%.2f %s" if abs(x) < 10 else "%.1f %s" if abs(x) < 100 else "%.0f %s") % (x, unit)
+    # three significant digits; the bounds are where rounding would carry into the next unit
+    for unit, scale, top in (("ms", 1e3, 999.5e3), ("s", 1e6, 59.995e6)):
+        if a < top:
+            x = abs(v / scale)
+            fmt = "%.2f %s" if x < 9.995 else "%.1f %s" if x < 99.95 else "%.0f %s"
+            return fmt % (v / scale, unit)
     if a < 3600e6:
         m, s = divmod(round(v / 1e6), 60)
         return "%d min %02d s" % (m, s)

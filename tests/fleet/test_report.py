@@ -42,16 +42,22 @@ def test_numbers_are_formatted_for_people() -> None:
         "100.0%",
         "-",
     ]
-    assert [fmt_us(v) for v in (850, 1499.0, 4792.39, 80830.0, 1.04317e06, 372e6, 24794081336, 3e11)] == [
+    us = (850, 999.7, 1499.0, 4792.39, 9996, 80830.0, 999_700, 1.04317e06, 59.999e6, 372e6, 24794081336, 3e11)
+    assert [fmt_us(v) for v in us] == [
         "850 µs",
+        "1.00 ms",
         "1.50 ms",
         "4.79 ms",
+        "10.0 ms",
         "80.8 ms",
+        "1.00 s",
         "1.04 s",
+        "1 min 00 s",
         "6 min 12 s",
         "6.9 h",
         "3.5 d",
     ]
+    assert fmt_us(-2500) == "-2.50 ms"  # a generation clock ahead of the host
     assert [fmt_window(v) for v in (3600, 900, 90, 86400)] == ["1 h", "15 min", "90 s", "1 d"]
 
 
