@@ -1,6 +1,6 @@
-"""netem benchmark: the UDP proxy's own rate, and a poll session with a virtual board through it.
+"""netem benchmark: the UDP proxy's own rate, a poll session through it, and lossy links (issue 18).
 
-Run: .venv/bin/python bench/netem_bench.py [--seconds 10] [--seed 1]
+Run: .venv/bin/python bench/netem_bench.py [--seconds 10] [--seed 1] [--before REF] [--skip ...]
 
 1. rate: datagrams per second the clean proxy carries (client -> proxy -> echo -> proxy -> client,
    a window of 32 in flight), against the same echo without the proxy.
@@ -9,6 +9,17 @@ Run: .venv/bin/python bench/netem_bench.py [--seconds 10] [--seed 1]
    Cross-checks: the board's bad-frame counter (health channel) equals the corrupted POLL copies
    netem sent it; the client's undecodable answers equal the corrupted copies netem sent down;
    nothing the board generated is lost (the protocol retries each lost poll).
+3. lossy (UDP): the bridge (bench/peer_mqtt/lw_host.py, a process) polling a virtual board (the
+   firmware, 64 KB heap, busy tick) through the proxy at 0, 1% and 5% loss each way, a ladder of
+   offered rates per event size: per size the lossy/lossless ratio of acknowledged events/s, the
+   highest offered rate with no counted loss, and the RTO statistics (host/bridge/rtt.py).
+4. serial: the same over a pty at 1 Mbaud (netem's line rate), byte loss (runs of 1..16 bytes)
+   at the per-byte rate that loses 1% and 5% of 1,000-byte frames.
+5. fleet: 1,000 simulated devices (tools/simdevice.py) at 10 Hz fixed polling, each behind its own
+   netem proxy at 1% loss each way, the bridge in a process: polls answered per second per device
+   (mean, lowest) and timeouts, against the same without loss.
+With --before REF every leadwire run is made twice, with the bridge code of git ref REF (same
+board, same proxy) and with this tree's: before/after from one run.
 """
 
 from __future__ import annotations
@@ -16,13 +27,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import resource
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from leadwire import client, codec, messages, wire
 from leadwire.tools.board import start_board
-from leadwire.tools.netem import Impairment, UdpImpairer
+from leadwire.tools.netem import Impairment, SerialImpairer, UdpImpairer, in_thread
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peer_mqtt_bench as pmb  # bench/ is not a package: its helpers (Proc, tables, reports)
 
 HEALTH_CH = 8
 
@@ -142,15 +160,215 @@ def last_bad_frames(address: tuple[str, int], after: float) -> int:
     return last
 
 
+# -- 3./4. lossy links: the bridge (a process) and a virtual board through netem ---------------------
+
+
+def frame_loss_to_byte(p: float, frame: int = 1000) -> float:
+    """Per-byte loss start probability that loses a fraction p of `frame`-byte frames."""
+    return 1.0 - (1.0 - p) ** (1.0 / frame)
+
+
+def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds: float,
+             code: str | None, seed: int) -> dict[str, Any]:  # fmt: skip
+    """One leadwire run through netem (loss each way); the fields of peer_mqtt_bench.lw_run that the
+    loss report reads."""
+    run = Path(tempfile.mkdtemp(prefix="lw-%s-%d-%d-" % (transport, size, hz), dir=tmp))
+    ring = {64: 264, 256: 60}.get(size, 128)
+    cfg: dict[str, Any] = {"ring": ring, "slot": size, "tick": 0, "health": {"ms": 1000},
+                           "sensors": [{"ch": 1, "hz": hz, "size": size}]}  # fmt: skip
+    if transport == "udp":
+        cfg["udp"] = {"frame": 1472}
+        prof = Impairment(loss=loss, seed=seed)
+    else:
+        cfg["serial"] = {"frame": 1024}
+        prof = Impairment(loss=frame_loss_to_byte(loss), rate=1_000_000, seed=seed)
+    board = start_board(transport, config=cfg, board_dir=run / "board")
+    host = None
+    try:
+        imp: Any = UdpImpairer(("127.0.0.1", 0), board.address, prof) if transport == "udp" else (
+            SerialImpairer(board.port, prof))  # fmt: skip
+        with in_thread(imp) as imp:
+            link = (["--board", "%s:%d" % imp.address] if transport == "udp"
+                    else ["--serial", imp.port, "--baud", "1000000"])  # fmt: skip
+            host = pmb.Proc(
+                [sys.executable, str(pmb.HERE / "lw_host.py"), *link, "--store", str(run / "lw.db"),
+                 "--events", "10000000", "--seconds", str(seconds), "--timeout", "0.25",
+                 "--frames", "16", "--max-bytes", "1460" if transport == "udp" else "1000"],
+                env={**os.environ, "PYTHONPATH": code} if code else None,
+            )  # fmt: skip
+            res = host.wait_line("store", seconds + 90)
+            counts = imp.snapshot()
+    finally:
+        if host is not None:
+            host.kill()
+        board.close()
+    st = res["store"]
+    return {"system": "leadwire", "transport": transport, "size": size, "loss": loss, "offered_hz": hz,
+            "code": "before" if code else "now", "rate": pmb.commit_rate(res["commits"]),
+            "known_lost": st.get("counted_lost", 0), "silent_lost": st.get("silent_lost", 0),
+            "received": st.get("events_all_channels", 0), "counters": res["counters"], "rto": res.get("rto"),
+            "netem": {d: {k: counts[d][k] for k in ("in", "lost")} for d in ("up", "down")}}  # fmt: skip
+
+
+def ladders(tmp: Path, transport: str, sizes: dict[int, list[int]], losses: list[float], seconds: float,
+            code: str | None, seed: int) -> list[dict[str, Any]]:  # fmt: skip
+    out = []
+    for size, rates in sizes.items():
+        for loss in [0.0, *losses]:
+            for hz in rates:
+                r = lw_netem(tmp, transport, size, hz, loss, seconds, code, seed)
+                print("  %s %s %d B loss %g @%d/s: %s events/s, counted lost %s, silent %s, timeouts %s"
+                      % (r["code"], transport, size, loss, hz, pmb.fmt(r["rate"]), pmb.fmt(r["known_lost"]),
+                         pmb.fmt(r["silent_lost"]), r["counters"].get("timeouts")),
+                      file=sys.stderr, flush=True)  # fmt: skip
+                out.append(r)
+    return out
+
+
+# -- 5. a fleet of 1,000 devices at 10 Hz, each behind its own proxy --------------------------------
+
+
+async def fleet_run(devices: int, hz: float, loss: float, seconds: float, code: str | None,
+                    tmp: Path) -> dict[str, Any]:  # fmt: skip
+    from leadwire.tools.simdevice import SimFleet
+
+    fleet = await SimFleet(devices, rate=1.0, capacity=256, seed=3, channels=1).start()
+    imps = []
+    try:
+        for i, link in enumerate(fleet.links):
+            imp = UdpImpairer(("127.0.0.1", 0), link.address, Impairment(loss=loss, seed=i))
+            imps.append(await imp.start())
+        devs = [{"id": d["id"], "udp": "%s:%d" % imp.address, "auth": False}
+                for d, imp in zip(fleet.describe(), imps, strict=True)]  # fmt: skip
+        cfg = Path(tempfile.mkdtemp(dir=tmp)) / "fleet.json"
+        cfg.write_text(json.dumps({"devices": devs, "hz": hz, "seconds": seconds}))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(Path(__file__).resolve()), "--fleet-bridge", str(cfg),
+            stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": code} if code else None,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), seconds + 120)
+    finally:
+        for imp in imps:
+            await imp.stop()
+        await fleet.stop()
+    res = json.loads(out.decode().strip().splitlines()[-1])
+    res.update(code="before" if code else "now", loss=loss, devices=devices, hz=hz)
+    return res
+
+
+async def fleet_bridge(cfg_path: str) -> dict[str, Any]:
+    """Child: the bridge polling the fleet at a fixed interval; per-device answered polls per second."""
+    from leadwire.bridge import logs
+    from leadwire.bridge.config import parse
+    from leadwire.bridge.daemon import Bridge
+
+    spec = json.loads(Path(cfg_path).read_text())
+    doc = {"bridge": {"id": "fleet", "metrics": ""},
+           "store": {"path": str(Path(cfg_path).parent / "fleet.db"), "commit_interval": 0.2},
+           "polling": {"interval": 1.0 / spec["hz"], "adaptive": False, "batch": 64},
+           "device": spec["devices"]}  # fmt: skip
+    b = Bridge(parse(doc), logs.setup("error"))
+    await b.start()
+    await asyncio.sleep(3.0)  # first contact for every device, spread over one interval
+    cs = list(b.clients.values())
+    rt0 = [c.dc["round_trips"] for c in cs]
+    p0 = sum(c.dc["polls"] for c in cs)
+    to0 = sum(c.dc["timeouts"] for c in cs)
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    await asyncio.sleep(spec["seconds"])
+    dt = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    per = sorted((c.dc["round_trips"] - r) / dt for c, r in zip(cs, rt0, strict=True))
+    rto = [c.rtt.stats() for c in cs if hasattr(c, "rtt")]
+    await b.stop()
+    srtts = sorted(r["srtt"] for r in rto if r["srtt"] is not None)
+    return {
+        "answered_per_device_s": sum(per) / len(per),
+        "lowest_device_s": per[0],
+        "p1_device_s": per[len(per) // 100],
+        "below_9": sum(1 for v in per if v < 9.0),
+        "polls_per_device_s": (sum(c.dc["polls"] for c in cs) - p0) / dt / len(cs),
+        "timeouts": sum(c.dc["timeouts"] for c in cs) - to0,
+        "bridge_cpu_pct": 100 * cpu / dt,
+        "srtt_ms_median": 1e3 * srtts[len(srtts) // 2] if srtts else None,
+        "spurious": sum(r["spurious"] for r in rto) if rto else None,
+        "rto_samples": sum(r["samples"] for r in rto) if rto else None,
+    }
+
+
+def loadavg() -> str:
+    return "%.1f %.1f %.1f" % os.getloadavg()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--lw-seconds", type=float, default=5.0, help="length of one leadwire run")
+    ap.add_argument("--udp-rates", default="64:20000/60000/150000,256:10000/40000/100000")
+    ap.add_argument("--serial-rates", default="64:500/1000/2000")
+    ap.add_argument("--losses", default="0.01,0.05")
+    ap.add_argument("--fleet", type=int, default=1000, help="devices in the fleet run")
+    ap.add_argument("--fleet-seconds", type=float, default=10.0)
+    ap.add_argument("--before", default="", help="git ref: every leadwire run also with that bridge code")
+    ap.add_argument("--skip", default="", help="comma list of: proxy, session, udp, serial, fleet")
+    ap.add_argument("--fleet-bridge", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.fleet_bridge:
+        print(json.dumps(asyncio.run(fleet_bridge(a.fleet_bridge))), flush=True)
+        return 0
+    skip = set(a.skip.split(","))
+    losses = [float(x) for x in a.losses.split(",") if x]
+
+    def rates(text: str) -> dict[int, list[int]]:
+        pairs = (p.split(":") for p in text.split(",") if p)
+        return {int(k): [int(x) for x in v.split("/")] for k, v in pairs}
+
+    print("load average at start: %s" % loadavg(), flush=True)
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="netem-bench-") as td:
+        tmp = Path(td)
+        codes = [pmb.before_tree(a.before, tmp / "before"), None] if a.before else [None]
+        lw: dict[str, Any] = {"sizes": [], "ladders": []}
+        for transport, text in (("udp", a.udp_rates), ("serial", a.serial_rates)):
+            if transport in skip:
+                continue
+            for code in codes:
+                lw["ladders"] += ladders(tmp, transport, rates(text), losses, a.lw_seconds, code, a.seed)
+            sizes = rates(text)
+            print("\n### %s, loss each way (load average now %s)\n" % (transport, loadavg()))
+            sub = {"sizes": list(sizes), "ladders": [r for r in lw["ladders"] if r["transport"] == transport]}
+            print(pmb.loss_report(sub), flush=True)
+            ok &= all(r["silent_lost"] == 0 for r in sub["ladders"])
+        if "fleet" not in skip:
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            want = 4 * a.fleet + 256
+            if soft < want:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+            rows = [["code", "loss each way", "answered polls/s per device (mean)", "lowest device",
+                     "devices < 9/s", "polls sent/s per device", "timeouts", "spurious", "median SRTT ms",
+                     "bridge CPU %"]]  # fmt: skip
+            for code in codes:
+                for loss in (0.0, 0.01):
+                    f = asyncio.run(fleet_run(a.fleet, 10.0, loss, a.fleet_seconds, code, tmp))
+                    rows.append([f["code"], "%g%%" % (100 * loss), "%.2f" % f["answered_per_device_s"],
+                                 "%.2f" % f["lowest_device_s"], str(f["below_9"]),
+                                 "%.2f" % f["polls_per_device_s"], str(f["timeouts"]), pmb.fmt(f["spurious"]),
+                                 "%.2f" % f["srtt_ms_median"] if f["srtt_ms_median"] else "-",
+                                 "%.0f" % f["bridge_cpu_pct"]])  # fmt: skip
+            print("\n### fleet: %d devices at 10 Hz, each behind netem (load average now %s)\n"
+                  % (a.fleet, loadavg()))  # fmt: skip
+            print(pmb.table(rows), flush=True)
+    if "proxy" in skip and "session" in skip:
+        return 0 if ok else 1
     res: dict[str, Any] = {}
-    res["echo_round_trips_per_s"] = round(asyncio.run(rate(a.seconds / 4, False)))
-    res["through_proxy_round_trips_per_s"] = round(asyncio.run(rate(a.seconds / 4, True)))
-    print(json.dumps(res), flush=True)
+    if "proxy" not in skip:
+        res["echo_round_trips_per_s"] = round(asyncio.run(rate(a.seconds / 4, False)))
+        res["through_proxy_round_trips_per_s"] = round(asyncio.run(rate(a.seconds / 4, True)))
+        print(json.dumps(res), flush=True)
+    if "session" in skip:
+        return 0 if ok else 1
     # health every 100 ms; a ring of 1024 so the board keeps everything the session has not polled yet
     cfg = {
         "sensors": [{"ch": 1, "hz": 50, "size": 16}],
@@ -172,7 +390,7 @@ def main() -> int:
     }
     del s["health"]
     print(json.dumps(s, indent=1))
-    ok = all(s["checks"].values())
+    ok &= all(s["checks"].values())
     print("result: %s" % ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 

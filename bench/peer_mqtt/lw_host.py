@@ -46,7 +46,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "pipeline": bool(args.pipeline),
             **({"rto_min": args.rto_min} if args.rto_min >= 0 else {}),  # (code before rtt.py: no key)
         },
-        "device": [{"id": "board-1", "udp": args.board, "auth": False}],  # the board: start_board(key=None)
+        # the board: start_board(key=None); over UDP, or a serial port (netem_bench)
+        "device": [{"id": "board-1", "auth": False,
+                    **({"serial": args.serial, "baud": args.baud} if args.serial else {"udp": args.board})}],
     }
     b = Bridge(parse(doc), logs.setup("error"))
     commits: list[tuple[float, int]] = []
@@ -103,7 +105,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             last_rx = t
     return {
         "commits": commits,
-        "counters": dict(c.dc, pipelined=c.pc.pipelined, mispredicted=c.pc.mispredicted),
+        "counters": dict(c.dc, pipelined=c.pc.pipelined, mispredicted=c.pc.mispredicted,
+                         held_taken=getattr(c.pc, "held_taken", 0)),
         "rto": c.rtt.stats() if hasattr(c, "rtt") else None,  # retransmission timing (rtt.py)
         "failed": repr(b.failed) if b.failed else None,
         "bridge_cpu_s": cpu,
@@ -188,7 +191,9 @@ def account(store: str) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--board", required=True)
+    ap.add_argument("--board", default="")
+    ap.add_argument("--serial", default="", help="poll the board on this serial port instead of --board")
+    ap.add_argument("--baud", type=int, default=115200)
     ap.add_argument("--store", required=True)
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--seconds", type=float, default=10.0)

@@ -50,6 +50,7 @@ from typing import Any
 from leadwire import auth as core_auth
 from leadwire import client as core
 from leadwire import codec, frames, messages, u32, wire
+from leadwire.hold import HoldingPollClient
 from leadwire.lead import LeadTracker
 from leadwire.reassembly import Reassembler
 
@@ -198,7 +199,8 @@ class DeviceClient:
         self.deliver = deliver  # build Delivery objects for subscription callbacks
         self.ts_prefix = cfg.timestamp == "prefix_us"
         # spec 004: the core's client, resumed from the stored offset
-        self.pc = core.PollClient(st.n, st.boot_epoch, fresh=not st.has_n)
+        # (HoldingPollClient: frames after a lost one are kept; the repoll asks for the gap only)
+        self.pc = HoldingPollClient(st.n, st.boot_epoch, fresh=not st.has_n)
         self.pc.pipeline = poll.pipeline
         self.recovery: Loss | None = None  # the open recovery phase (a losses row)
         if st.recovery is not None and st.boot_epoch is not None:
@@ -509,7 +511,11 @@ class DeviceClient:
                     return True
                 return False
             if kind == core.EVENTS:
-                self._events(f, data, rx_us)
+                if len(pc.taken) > 1:  # held frames taken after this one filled their gap
+                    for hf, evs in pc.taken:
+                        self._events(hf, evs, rx_us)
+                else:
+                    self._events(f, data, rx_us)
                 self._sync_loss(rx_us)
                 self.dirty = True
                 self._burst_events += len(data)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from leadwire import client as c
 from leadwire import codec, messages, wire
+from leadwire.hold import HoldingPollClient
 from leadwire.ring import EventRing
 
 
@@ -350,12 +351,13 @@ def test_a_frame_lost_before_a_pipelined_poll_costs_a_round_trip_not_an_event() 
     assert cl.received == 33 and cl.lost == 0 and cl.n == 132
 
 
-def pipelined_run(seed: int, capacity: int, start: int) -> c.PollClient:
+def pipelined_run(seed: int, capacity: int, start: int, hold: bool = False) -> c.PollClient:
     """Pipelined bursts over a link that loses 8%, duplicates 5% and reorders 10% of the frames,
-    with the ring overrunning; then a drain. Asserts the exact count; returns the client."""
+    with the ring overrunning; then a drain. Asserts the exact count; returns the client.
+    hold: frames ahead of a gap are kept and taken once it is filled (PollClient.hold)."""
     rng = random.Random(seed)
     dev = Device(capacity=capacity, start=start)
-    cl = c.PollClient()
+    cl = HoldingPollClient() if hold else c.PollClient()
     cl.pipeline = True
     got: list[int] = []
     first: list[int] = []
@@ -383,6 +385,8 @@ def pipelined_run(seed: int, capacity: int, start: int) -> c.PollClient:
         kind, data = cl.on_frame(f)
         if kind == c.EVENTS:
             got += [o for o, _, _ in data]
+            if hold:
+                assert [e for _, evs in cl.taken for e in evs] == data  # the frames it came from
         if kind == c.RECOVER and data is not None and data.cause == c.FIRST_CONTACT:
             first.append(data.n0)
         answered = f.message_id == cl.tag and kind != c.STALE
@@ -415,3 +419,37 @@ def test_the_pipelined_runs_do_pipeline_and_mispredict() -> None:
     runs = [pipelined_run(seed, 2 + seed % 39, seed * 2654435761 & 0xFFFFFFFF) for seed in range(100)]
     assert sum(cl.pipelined for cl in runs) > 1000
     assert sum(cl.mispredicted for cl in runs) > 50
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32), capacity=st.integers(2, 40), start=st.integers(0, 2**32 - 1))
+def test_held_frames_take_every_event_once_or_count_it(seed: int, capacity: int, start: int) -> None:
+    """The same with frames ahead of a gap held and taken once the gap is filled (hold = True):
+    received + exactly-counted lost == generated, in order, nothing twice."""
+    pipelined_run(seed, capacity, start, hold=True)
+
+
+def test_held_frames_are_taken_and_spare_round_trips() -> None:
+    """Over 100 fixed runs, held frames are taken after their gap (and every count stays exact)."""
+    runs = [pipelined_run(seed, 2 + seed % 39, seed * 2654435761 & 0xFFFFFFFF, True) for seed in range(100)]
+    assert sum(cl.held_taken for cl in runs) > 100
+
+
+def test_a_frame_lost_in_a_burst_is_asked_for_alone_and_the_rest_is_kept() -> None:
+    dev = Device(capacity=64, start=10)
+    dev.emit(1)
+    cl = HoldingPollClient()
+    for _ in range(3):
+        exchange(cl, dev)
+    dev.emit(30)
+    f0, _lost, f2, f3 = dev.burst(cl.next_request(max_events=5, max_frames=4))
+    assert cl.on_frame(f0)[0] == c.EVENTS and cl.n == 15
+    assert cl.on_frame(f2) == (c.STALE, None) and cl.burst_done  # held: starts at 21, ahead of s(n)
+    req = cl.next_request(max_events=5, max_frames=4)  # the repoll: just the gap, 16..20
+    assert messages.decode_poll(req)[:2] == (15, 5) and messages.poll_frames(req) == 1
+    assert cl.on_frame(f3) == (c.STALE, None) and sorted(cl.held) == [21, 26]  # late, of the old tag: held
+    (fill,) = dev.burst(req)
+    kind, evs = cl.on_frame(fill)
+    assert kind == c.EVENTS and [o for o, _, _ in evs] == list(range(16, 31)) and cl.n == 30
+    assert [len(e) for _, e in cl.taken] == [5, 5, 5] and not cl.held and cl.held_taken == 2
+    assert cl.received == 21 and cl.lost == 0
