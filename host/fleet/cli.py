@@ -2,46 +2,55 @@
 
 from __future__ import annotations
 
-import datetime
+import re
 import sys
 from pathlib import Path
 
 import click
 
+from leadwire.fleet.options import BadInput, check_date, date_options, resolve_dates
 
-def _check_input(input_dir: str, out_dir: str, date_from: str | None, date_to: str | None) -> str | None:
-    """What is wrong with the arguments, found before Spark starts (it takes 10-60 s), or None."""
-    for name, d in (("--from", date_from), ("--to", date_to)):
-        if d is not None:
-            try:
-                datetime.date.fromisoformat(d)
-            except ValueError:
-                return "%s: a date is YYYY-MM-DD, got %r" % (name, d)
-            if len(d) != 10:
-                return "%s: a date is YYYY-MM-DD, got %r" % (name, d)
-    if date_from and date_to and date_from > date_to:
-        return "--from %s is after --to %s" % (date_from, date_to)
-    src = Path(input_dir)
-    if not src.is_dir():
-        return "input not found: %s" % input_dir
-    if not (src / "arrivals").is_dir():
-        return "%s: not an export (no arrivals/ in it; `leadwire export --out DIR` writes one)" % input_dir
-    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+
+def _local_path(path: str) -> Path | None:
+    """The OS path of a file: URI or a path without a scheme (the embedded session's default
+    filesystem is the local disk); None for other schemes (hdfs://, s3a://, ...: Spark checks them)."""
+    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*):", path)
+    if m is None:
+        return Path(path)
+    if m.group(1).lower() != "file":
+        return None
+    return Path(re.sub(r"^file:(//)?", "", path))
+
+
+def _check_input(input_dir: str, out_dir: str) -> str | None:
+    """What is wrong with local paths, found before Spark starts (it takes 10-60 s), or None."""
+    src = _local_path(input_dir)
+    if src is not None:
+        if not src.is_dir():
+            return "input not found: %s" % input_dir
+        if not (src / "arrivals").is_dir():
+            return (
+                "%s: not an export (no arrivals/ in it; `leadwire export --out DIR` writes one)" % input_dir
+            )
+    dst = _local_path(out_dir)
+    if dst is not None and dst.exists() and not dst.is_dir():
         return "--out %s is a file" % out_dir
     return None
 
 
 @click.command("fleet")
 @click.option(
-    "--input", "input_dir", required=True, help="Export directory (DIR/arrivals, DIR/losses, DIR/boots)."
+    "--input",
+    "input_dir",
+    required=True,
+    help="Export (DIR/arrivals, DIR/losses, DIR/boots): a path or a Hadoop URI (hdfs://, s3a://, file://).",
 )
-@click.option("--out", "out_dir", required=True, help="Output directory: tables, index.html, plots.")
+@click.option("--out", "out_dir", required=True, help="Output path or URI: tables, index.html, plots.")
 @click.option(
     "--master", default="local[*]", show_default=True, help="Spark master for the embedded session."
 )
 @click.option("--window", default="1h", show_default=True, help="Time window: seconds or 15m, 1h, 1d ...")
-@click.option("--from", "date_from", default=None, help="First date partition to read (YYYY-MM-DD).")
-@click.option("--to", "date_to", default=None, help="Last date partition to read (YYYY-MM-DD).")
+@date_options
 @click.option(
     "--worst", type=click.IntRange(1), default=10, show_default=True, help="How many worst devices to list."
 )
@@ -58,6 +67,11 @@ def fleet(
     window: str,
     date_from: str | None,
     date_to: str | None,
+    since: str | None,
+    day: str | None,
+    daily: bool,
+    lookback_days: int | None,
+    lookahead_days: int,
     worst: int,
     shuffle_partitions: int | None,
     driver_memory: str,
@@ -67,16 +81,19 @@ def fleet(
     """Analyse exported fleet telemetry with Spark: leads, loss, duplicates, reordering, restarts,
     overruns, recoveries, latency; tables (Parquet + CSV) and an HTML report in --out."""
     try:
-        from leadwire.fleet.job import BadInput, format_summary, parse_window, run_job
+        from leadwire.fleet.job import format_summary, parse_window, run_job
     except ImportError as e:  # pragma: no cover - pyspark missing
         click.echo("leadwire fleet: cannot import Spark (%s); install pyspark>=4" % e, err=True)
         sys.exit(2)
     try:
         window_seconds = parse_window(window)
+        date_from, date_to = resolve_dates(date_from, date_to, since, day, daily)
+        for name, d in (("--from", date_from), ("--to", date_to)):
+            check_date(name, d)
     except BadInput as e:
         click.echo("leadwire fleet: %s" % e, err=True)
         sys.exit(2)
-    wrong = _check_input(input_dir, out_dir, date_from, date_to)
+    wrong = _check_input(input_dir, out_dir)
     if wrong:
         click.echo("leadwire fleet: %s" % wrong, err=True)
         sys.exit(2)
@@ -89,6 +106,9 @@ def fleet(
             worst_n=worst,
             date_from=date_from,
             date_to=date_to,
+            lookback_days=lookback_days,
+            lookahead_days=lookahead_days,
+            daily=daily,
             report=not no_report,
             progress=not quiet,
             shuffle_partitions=shuffle_partitions,

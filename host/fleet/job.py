@@ -1,15 +1,23 @@
-"""The fleet job: extract -> transforms -> load.
+"""The fleet job: extract -> transforms -> load, as one Spark plan written by the executors.
 
 Entry points:
 * :func:`run_job` - the public function (the CLI, the benchmark and the bridge's end-to-end test
-  call it): reads an export directory, writes tables and the HTML report, returns summary numbers.
-* ``leadwire fleet --input DIR --out DIR`` (host/fleet/cli.py) - the same, with an embedded
+  call it): reads an export (any Hadoop URI), writes tables and the HTML report, returns summary
+  numbers.
+* ``leadwire fleet --input URI --out URI`` (host/fleet/cli.py) - the same, with an embedded
   local SparkSession.
-* ``spark-submit host/fleet/job.py --input DIR --out DIR`` - the same module on any cluster. It
-  needs neither click nor an installed leadwire: when run as a script it loads its sibling
-  modules (schema, transforms, report) from its own folder. Executors run no Python code of
-  ours (no UDFs), so nothing has to be shipped with --py-files; the driver needs pyarrow and
+* ``spark-submit host/fleet/job.py --input URI --out URI`` - the same module on any cluster (a
+  click command, :func:`main`). It needs no installed leadwire: when run as a script it loads its
+  sibling modules (schema, transforms, report) from its own folder. Executors run no Python code
+  of ours (no UDFs), so nothing has to be shipped with --py-files; the driver needs pyarrow and
   matplotlib for the report.
+
+Paths are Hadoop URIs end to end (``hdfs://``, ``s3a://``, ``file://``; a path without a scheme is
+on the session's default filesystem, as everywhere in Spark). Row-scale tables (channel windows,
+recoveries, restarts, devices, mismatching rows) are written by the executors with Spark's
+DataFrameWriter (the dated ones partitioned by ``date``); only the small tables (histograms,
+comparisons, latency, summary, top-N) come to the driver, which writes them with pyarrow next to
+the report (through a local staging folder and the Hadoop FileSystem API when --out is not local).
 """
 
 from __future__ import annotations
@@ -44,33 +52,35 @@ if __name__ == "__main__" and not __package__:  # spark-submit host/fleet/job.py
 
     _bootstrap_package()
 
-import argparse
 import contextlib
+import datetime as dt
 import json
 import re
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-import pyarrow.compute as pc
+import click
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from leadwire.fleet import transforms as T
+from leadwire.fleet.options import DEFAULT_LOOKAHEAD_DAYS, BadInput, check_date, date_options, resolve_dates
 from leadwire.fleet.schema import PARTITION_COLUMN, TABLES, spark_schema
 
 DEFAULT_WINDOW_SECONDS = 3600
 MISMATCH_CSV_ROWS = 100_000
-
-
-class BadInput(Exception):
-    """The input cannot be analysed; str(e) is one line telling why."""
+DAY_US = 86_400_000_000
+# Marks the message of a raise_error() of the null-key guard, so run_job can turn the executor's
+# exception into BadInput.
+_GUARD = "leadwire-bad-input: "
+STATE_FILE = "_leadwire_fleet.json"
 
 
 @dataclass
@@ -78,6 +88,55 @@ class Inputs:
     arrivals: DataFrame
     losses: DataFrame
     boots: DataFrame
+
+
+@dataclass(frozen=True)
+class DateRange:
+    """Which arrivals the tables count, and which partitions are read to count them right.
+
+    Output: rows whose date (UTC, of host_rx_ts / started_ts / first_seen_ts) is in
+    [first, last] (None = open). Read: every partition from `lookback_days` before `first` (None:
+    all history, exact) to `lookahead_days` after `last`. Lead, duplicate flag, reorder depth,
+    report head and restarts of a row depend on everything earlier in its lead domain; the gap
+    after it on the next higher seq received later. Reading the margins makes every in-range
+    row's values equal a full run's (exact with lookback None and a lookahead that covers the
+    latest fill of a gap).
+    """
+
+    first: str | None = None
+    last: str | None = None
+    lookback_days: int | None = None
+    lookahead_days: int = DEFAULT_LOOKAHEAD_DAYS
+
+    @property
+    def bounded(self) -> bool:
+        return self.first is not None or self.last is not None
+
+    def since_us(self) -> int | None:
+        return _day_us(self.first) if self.first else None
+
+    def until_us(self) -> int | None:
+        return _day_us(self.last) + DAY_US if self.last else None
+
+    def read_from(self) -> str | None:
+        if self.first is None or self.lookback_days is None:
+            return None
+        return _shift(self.first, -self.lookback_days)
+
+    def read_to(self) -> str | None:
+        return _shift(self.last, self.lookahead_days) if self.last else None
+
+    def describe(self) -> str:
+        return " between %s and %s" % (self.first or "-", self.last or "-") if self.bounded else ""
+
+
+def _day_us(day: str) -> int:
+    d = dt.date.fromisoformat(day)
+    return (d - dt.date(1970, 1, 1)).days * DAY_US
+
+
+def _shift(day: str, days: int) -> str:
+    return (dt.date.fromisoformat(day) + dt.timedelta(days=days)).isoformat()
 
 
 # ------------------------------------------------------------------------------------ progress
@@ -149,6 +208,14 @@ TUNING_CONF = {
     # 2 groups per device in a task.
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "4096",
 }
+# Local masters (one machine, small data): adaptive query execution re-plans every stage and
+# costs more than it saves (docs/benchmarks.md: measured side by side). On a cluster it stays
+# on (Spark's default): it coalesces the 200 default shuffle partitions to what the data needs.
+LOCAL_CONF = {"spark.sql.adaptive.enabled": "false"}
+
+
+def local_shuffle_partitions() -> int:
+    return 2 * (os.cpu_count() or 2)
 
 
 def build_session(
@@ -156,23 +223,26 @@ def build_session(
     shuffle_partitions: int | None = None,
     driver_memory: str = "4g",
     app_name: str = "leadwire-fleet",
-    adaptive: bool = True,
+    adaptive: bool | None = None,
     extra: dict[str, str] | None = None,
 ) -> SparkSession:
     """The embedded default: a local SparkSession with the UI off and few shuffle partitions.
 
-    For small data (the demo, the tests) adaptive=False: adaptive query execution's re-planning
-    costs more than it saves there (a demo-sized export: 195 s with it, 93 s without).
+    adaptive=None: off for local masters (LOCAL_CONF), on otherwise.
     """
+    local = master.startswith("local")
+    if adaptive is None:
+        adaptive = not local
     b = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or (2 * (os.cpu_count() or 2))))
         .config("spark.sql.adaptive.enabled", "true" if adaptive else "false")
     )
+    if shuffle_partitions or local:
+        b = b.config("spark.sql.shuffle.partitions", str(shuffle_partitions or local_shuffle_partitions()))
     for k, v in {**RUNTIME_CONF, **TUNING_CONF, **(extra or {})}.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -180,141 +250,296 @@ def build_session(
     return spark
 
 
-def _hadoop_path(spark: SparkSession, path: str) -> Any:
+def _apply_conf(spark: SparkSession) -> None:
+    """RUNTIME_CONF always; tuning only where the launch (spark-submit --conf, builder) set nothing."""
+    launched = spark.sparkContext.getConf()
+    for k, v in RUNTIME_CONF.items():
+        spark.conf.set(k, v)
+    tuning = dict(TUNING_CONF)
+    if spark.sparkContext.master.startswith("local"):
+        tuning.update(LOCAL_CONF)
+        tuning["spark.sql.shuffle.partitions"] = str(local_shuffle_partitions())
+    for k, v in tuning.items():
+        if not launched.contains(k):
+            spark.conf.set(k, v)
+
+
+# ---------------------------------------------------------------------------------------- paths
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*):")
+
+
+def _scheme(path: str) -> str | None:
+    m = _SCHEME.match(path)
+    return m.group(1).lower() if m else None
+
+
+def _jvm(spark: SparkSession) -> Any:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    p = jvm.org.apache.hadoop.fs.Path(path)
-    return p, p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    return jvm
+
+
+def _hconf(spark: SparkSession) -> Any:
+    return spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+
+
+def _hadoop_path(spark: SparkSession, path: str) -> Any:
+    """(qualified org.apache.hadoop.fs.Path, its FileSystem): scheme-less = the default FS."""
+    p = _jvm(spark).org.apache.hadoop.fs.Path(path)
+    fs = p.getFileSystem(_hconf(spark))
+    return fs.makeQualified(p), fs
+
+
+def qualify(spark: SparkSession, path: str) -> str:
+    """The path as a full URI on the filesystem it lives on (scheme-less -> default FS)."""
+    return str(_hadoop_path(spark, path)[0].toString())
 
 
 def path_exists(spark: SparkSession, path: str) -> bool:
-    if _is_local(path):
-        return os.path.exists(_local(path))
     p, fs = _hadoop_path(spark, path)
     return bool(fs.exists(p))
 
 
-def _is_local(path: str) -> bool:
-    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*):", path)
-    return m is None or m.group(1) == "file"
+def _is_local(spark: SparkSession, path: str) -> bool:
+    """True when `path` is on the driver's local disk: file: scheme, or no scheme and the default
+    filesystem is file: (false where fs.defaultFS is hdfs://, as on most clusters)."""
+    return _scheme(qualify(spark, path)) == "file"
 
 
 def _local(path: str) -> str:
-    return (
-        path[len("file://") :]
-        if path.startswith("file://")
-        else path[5:]
-        if path.startswith("file:")
-        else path
-    )
+    """A file: URI (or plain path) as an OS path."""
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    if path.startswith("file:"):
+        return path[len("file:") :]
+    return path
 
 
 def _join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts])
 
 
+def _list_dates(spark: SparkSession, table_path: str) -> list[str]:
+    """The YYYY-MM-DD of every `date=` directory directly under table_path (one listing, no files)."""
+    p, fs = _hadoop_path(spark, table_path)
+    out = []
+    for st in fs.listStatus(p):
+        name = st.getPath().getName()
+        if st.isDirectory() and name.startswith(PARTITION_COLUMN + "="):
+            out.append(name[len(PARTITION_COLUMN) + 1 :])
+    return sorted(out)
+
+
+def copy_tree(spark: SparkSession, local_dir: str, out_dir: str) -> None:
+    """Copy every file under local_dir to the same relative path under the Hadoop URI out_dir,
+    creating directories first (copyFromLocalFile into a missing directory would copy the first
+    entry *as* that directory), replacing files that exist."""
+    dst_root, fs = _hadoop_path(spark, out_dir)
+    jvm = _jvm(spark)
+    for dirpath, _, files in os.walk(local_dir):
+        rel = os.path.relpath(dirpath, local_dir)
+        dst_dir = dst_root if rel == "." else jvm.org.apache.hadoop.fs.Path(dst_root, rel)
+        fs.mkdirs(dst_dir)
+        for name in files:
+            src = jvm.org.apache.hadoop.fs.Path("file://" + os.path.abspath(os.path.join(dirpath, name)))
+            fs.copyFromLocalFile(False, True, src, jvm.org.apache.hadoop.fs.Path(dst_dir, name))
+
+
+def _delete(spark: SparkSession, path: str) -> None:
+    p, fs = _hadoop_path(spark, path)
+    if fs.exists(p):
+        fs.delete(p, True)
+
+
+def _read_text(spark: SparkSession, path: str) -> str | None:
+    p, fs = _hadoop_path(spark, path)
+    if not fs.exists(p):
+        return None
+    jvm = _jvm(spark)
+    stream = fs.open(p)
+    try:
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+def _write_text(spark: SparkSession, path: str, text: str) -> None:
+    p, fs = _hadoop_path(spark, path)
+    out = fs.create(p, True)
+    try:
+        out.write(bytearray(text.encode()))
+    finally:
+        out.close()
+
+
 # --------------------------------------------------------------------------------------- extract
-def _check_schema(name: str, df: DataFrame, path: str) -> None:
-    actual = {f.name: f.dataType for f in df.schema.fields}
-    if PARTITION_COLUMN not in actual:
-        raise BadInput(
-            "%s: not partitioned by %s=YYYY-MM-DD (the `leadwire export` layout)" % (path, PARTITION_COLUMN)
-        )
-    for f in spark_schema(name).fields:
-        if f.name not in actual:
-            raise BadInput(
-                "%s: wrong schema: column %r is missing (contract in docs/fleet.md)" % (path, f.name)
+def _guard(name: str, df: DataFrame) -> DataFrame:
+    """Every NOT NULL column of the contract, checked row by row as it is read (no extra job): a
+    null (a file without the column, a broken writer) stops the job with a one-line error naming
+    the file. Columns the plan never reads are pruned, and their checks with them."""
+    required = {f.name for f in TABLES[name] if not f.nullable}
+    cols = []
+    for c in df.columns:
+        if c in required:
+            msg = F.concat(
+                F.lit("%s%s: null %s (NOT NULL in the contract) in " % (_GUARD, name, c)), F.input_file_name()
             )
-        if actual[f.name] != f.dataType:
-            raise BadInput(
-                "%s: wrong schema: column %r is %s, expected %s"
-                % (path, f.name, actual[f.name].simpleString(), f.dataType.simpleString())
-            )
+            cols.append(F.when(F.col(c).isNull(), F.raise_error(msg)).otherwise(F.col(c)).alias(c))
+        else:
+            cols.append(F.col(c))
+    return df.select(*cols)
 
 
 def extract(
     spark: SparkSession,
     input_dir: str,
-    date_from: str | None = None,
-    date_to: str | None = None,
+    dates: DateRange | None = None,
     progress: Progress | None = None,
 ) -> Inputs:
-    """Read the three tables, check their schema, prune partitions by date (inclusive bounds)."""
+    """Read the three tables with the contract's schema (no inference), only the date partitions
+    the range needs. Types are checked by the Parquet reader in every file it opens (a mismatch
+    fails the first action; run_job turns it into BadInput), NOT NULL columns by _guard."""
     progress = progress or Progress(enabled=False)
+    dates = dates or DateRange()
+    check_date("--from", dates.first)
+    check_date("--to", dates.last)
     if not path_exists(spark, input_dir):
         raise BadInput("input not found: %s" % input_dir)
-    for d in (date_from, date_to):
-        if d is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", d):
-            raise BadInput("bad date %r: expected YYYY-MM-DD" % d)
+    lo, hi = dates.read_from(), dates.read_to()
     frames: dict[str, DataFrame] = {}
     for name in TABLES:
         path = _join(input_dir, name)
+        schema = spark_schema(name)
         df: DataFrame | None = None
         if path_exists(spark, path):
-            try:
-                df = spark.read.option("basePath", path).parquet(path)
-            except AnalysisException as e:
-                if name == "arrivals":
-                    raise BadInput(
-                        "%s: no Parquet data (%s)" % (path, str(e).splitlines()[0][:160])
-                    ) from None
+            present = _list_dates(spark, path)
+            if not present and name == "arrivals":
+                raise BadInput(
+                    "%s: not partitioned by %s=YYYY-MM-DD (the `leadwire export` layout)"
+                    % (path, PARTITION_COLUMN)
+                )
+            wanted = [d for d in present if (lo is None or d >= lo) and (hi is None or d <= hi)]
+            if wanted:
+                parts = [_join(path, "%s=%s" % (PARTITION_COLUMN, d)) for d in wanted]
+                try:
+                    df = spark.read.schema(schema).option("basePath", path).parquet(*parts)
+                except AnalysisException as e:
+                    raise BadInput("%s: cannot read (%s)" % (path, str(e).splitlines()[0][:160])) from None
+                df = _guard(name, df)
         elif name == "arrivals":
             raise BadInput("%s: not found (expected DIR/arrivals/date=YYYY-MM-DD/*.parquet)" % path)
-        if df is None:
-            progress.log("%s: no data at %s, taken as empty" % (name, path))
-            df = spark.createDataFrame([], spark_schema(name))
         else:
-            _check_schema(name, df, path)
-        if date_from:
-            df = df.where(F.col(PARTITION_COLUMN) >= date_from)
-        if date_to:
-            df = df.where(F.col(PARTITION_COLUMN) <= date_to)
-        frames[name] = df.select(*(f.name for f in spark_schema(name).fields))
+            progress.log("%s: no data at %s, taken as empty" % (name, path))
+        if df is None:
+            df = spark.createDataFrame([], schema)
+        frames[name] = df.select(*(f.name for f in schema.fields))
     return Inputs(frames["arrivals"], frames["losses"], frames["boots"])
 
 
-def _range(date_from: str | None, date_to: str | None) -> str:
-    if not (date_from or date_to):
-        return ""
-    return " between %s and %s" % (date_from or "-", date_to or "-")
+_MISMATCH = re.compile(
+    r"(?:Error while reading file|Encountered error while reading file) (\S+?)\.?\s.*?"
+    r"(?:Parquet column|column) \[?([A-Za-z_0-9]+)\]?.*?"
+    r"(?:Expected Spark type|Expected:) \"?([A-Za-z0-9_()]+)\"?"
+    r".*?(?:actual Parquet type|Found:) \"?([A-Za-z0-9_()]+)\"?",
+    re.S,
+)
+
+
+def bad_input_from(e: Exception) -> BadInput | None:
+    """The one-line BadInput an executor failure stands for (a null guard, a Parquet file whose
+    column has another type), or None for any other failure."""
+    text = str(e)
+    i = text.find(_GUARD)
+    if i >= 0:
+        return BadInput(text[i + len(_GUARD) :].splitlines()[0].strip())
+    m = _MISMATCH.search(text)
+    if m:
+        return BadInput(
+            "%s: wrong schema: column %r is %s, expected %s (contract in docs/fleet.md)"
+            % (m.group(1), m.group(2), m.group(4).lower(), m.group(3).lower())
+        )
+    if "PARQUET_COLUMN_DATA_TYPE_MISMATCH" in text or "SchemaColumnConvertNotSupported" in text:
+        return BadInput("wrong schema: %s" % text.splitlines()[0][:200])
+    return None
 
 
 # ------------------------------------------------------------------------------------- transform
-def by_device(inputs: Inputs, window_seconds: int = DEFAULT_WINDOW_SECONDS) -> DataFrame:
+def by_device(arrivals: DataFrame, window_seconds: int = DEFAULT_WINDOW_SECONDS) -> DataFrame:
     """The selected arrival columns, hash-partitioned by device (the one shuffle of the arrivals)."""
-    return T.transform_by_device(T.transform_arrivals(inputs.arrivals, window_seconds))
+    return T.transform_by_device(T.transform_arrivals(arrivals, window_seconds))
 
 
-def transform_rows(inputs: Inputs, window_seconds: int = DEFAULT_WINDOW_SECONDS) -> DataFrame:
-    """Per-arrival rows: the selected arrival columns plus recomputed lead and ordering facts."""
-    return T.transform_order(T.transform_leads(by_device(inputs, window_seconds)))
+def transform_rows(
+    inputs: Inputs, window_seconds: int = DEFAULT_WINDOW_SECONDS, dates: DateRange | None = None
+) -> DataFrame:
+    """Per-arrival rows of the output range: the selected arrival columns plus recomputed lead and
+    ordering facts (computed over everything read, kept only where rx is in range)."""
+    dates = dates or DateRange()
+    rows = T.transform_order(T.transform_leads(by_device(inputs.arrivals, window_seconds)))
+    return rows.where(T.in_range(F.col("rx_us"), dates.since_us(), dates.until_us()))
 
 
-def _same(df: DataFrame) -> DataFrame:
-    return df
+# Written by the executors (DataFrameWriter), never collected: they grow with rows or devices.
+# The dated ones are partitioned by the date of window_start.
+DATED_TABLES = ("channel_windows", "recoveries", "restarts")
+EXECUTOR_TABLES = (*DATED_TABLES, "devices")
+# Collected to the driver (bounded by windows x transports, firmwares, N, metrics) for the report.
+SMALL_TABLES = (
+    "lead_histogram",
+    "worst_devices",
+    "by_firmware",
+    "by_transport",
+    "loss_over_time",
+    "latency",
+    "summary",
+)
 
 
 def build_tables(
-    rows: DataFrame,
     inputs: Inputs,
     window_seconds: int = DEFAULT_WINDOW_SECONDS,
     worst_n: int = 10,
-    keep: Callable[[DataFrame], DataFrame] = _same,
+    dates: DateRange | None = None,
+    keep: Any = None,
+    cut: Any = None,
 ) -> dict[str, DataFrame]:
-    """All output tables as lazy DataFrames. `keep` is applied to the intermediates read by
-    several tables (run_job persists them)."""
-    cw = keep(T.transform_channel_windows(rows))
-    rec = keep(T.transform_recoveries(inputs.losses, window_seconds))
-    rst = keep(T.transform_restarts(inputs.boots, window_seconds))
-    # per-device percentiles group by device_id: partitioned by device first (measured at 10M rows:
-    # 40-45 s of CPU instead of 70-87 s for a partial aggregation of every map before the shuffle)
-    lat_values = T.transform_latency_values(by_device(inputs, window_seconds))
-    # the multiset is grouped by value, not device: partial counts straight from the scan
-    all_values = T.transform_latency_values(T.transform_arrivals(inputs.arrivals, window_seconds))
-    lat = keep(T.transform_latency_counts(all_values))  # firmware, transport and fleet percentiles
-    devices = keep(T.transform_devices(cw, rec, rst, lat_values))
-    fleet_latency = keep(T.transform_fleet_latency(lat))
+    """All output tables as DataFrames over ONE scan and ONE exchange of the arrivals.
+
+    The channel windows, the per-device latency percentiles and the latency multiset all come from
+    the arrivals hash-partitioned by device (`dev`, passed through `keep`: run_job persists it
+    until the stage is computed). They read different columns of it, so without keeping it the
+    optimizer would prune each branch's scan differently and Spark could not reuse the exchange:
+    two scans, two shuffles. They are stacked into one DataFrame and passed through `cut`
+    (run_job: computed once and its lineage cut, so that the plans of the tables read from it stay
+    small: with the whole per-arrival plan under every join, planning them cost more than running
+    them). Everything else reads those results: thousands of rows, not millions.
+    """
+    keep = keep or (lambda df: df)
+    cut = cut or (lambda df: df)
+    dates = dates or DateRange()
+    since, until = dates.since_us(), dates.until_us()
+    dev = keep(by_device(inputs.arrivals, window_seconds))
+    rows = T.transform_order(T.transform_leads(dev)).where(T.in_range(F.col("rx_us"), since, until))
+    values = T.transform_latency_values(dev.where(T.in_range(F.col("rx_us"), since, until)))
+    stage = cut(
+        T.transform_stack(
+            {
+                "cw": T.transform_channel_windows(rows),
+                "lat_dev": T.transform_device_latency(values),
+                "lat": T.transform_latency_counts(values),
+            }
+        )
+    )
+    cw = T.transform_unstack(stage, "cw", T.CHANNEL_WINDOW_COLS)
+    lat_dev = T.transform_unstack(stage, "lat_dev", ["device_id", *T.LATENCY_WIDE])
+    lat = T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS)
+    started = F.unix_micros("started_ts")
+    rec = cut(T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds))
+    rst = cut(T.transform_restarts(inputs.boots, window_seconds, since, until))
+    devices = cut(T.transform_devices(cw, rec, rst, lat_dev))
+    fleet_latency = T.transform_fleet_latency(lat)
     return {
+        "_by_device": dev,
         "channel_windows": cw,
         "lead_histogram": T.transform_lead_histogram(cw),
         "recoveries": rec,
@@ -329,7 +554,8 @@ def build_tables(
     }
 
 
-# Sort keys for the written tables: stable output, and what the oracle compares against.
+# Sort keys of the tables: the driver sorts the small ones (no global sort in Spark); the oracle
+# compares on them.
 TABLE_ORDER: dict[str, list[str]] = {
     "channel_windows": T.DIMS,
     "lead_histogram": ["kind", "firmware_version", "transport", "bucket_order"],
@@ -346,6 +572,36 @@ TABLE_ORDER: dict[str, list[str]] = {
 
 
 # ------------------------------------------------------------------------------------------ load
+def _sorted(tbl: Any, keys: list[str]) -> Any:
+    return tbl.sort_by([(k, "ascending") for k in keys]) if keys and tbl.num_rows else tbl
+
+
+def collect_small(tables: dict[str, DataFrame]) -> dict[str, Any]:
+    """The small tables in ONE Spark job (stacked, one toArrow), split and sorted on the driver."""
+    import pyarrow.compute as pc
+
+    stacked = T.transform_stack(tables).toArrow()
+    out = {}
+    for name, df in tables.items():
+        part = stacked.filter(pc.equal(stacked.column("_part"), name)).select(df.columns)
+        out[name] = _sorted(part, TABLE_ORDER.get(name, []))
+    return out
+
+
+def write_executor_table(name: str, df: DataFrame, out_dir: str, dynamic: bool) -> None:
+    """DataFrameWriter into OUT/parquet/<name>.parquet/ (a directory of part files); the dated
+    tables partitioned by date, and with dynamic=True (a date-range run) only the dates this run
+    wrote are replaced."""
+    path = _join(out_dir, "parquet", name + ".parquet")
+    w = df
+    if name in DATED_TABLES:
+        w = df.withColumn(PARTITION_COLUMN, F.date_format("window_start", "yyyy-MM-dd"))
+    writer = w.write.mode("overwrite").option("partitionOverwriteMode", "dynamic" if dynamic else "static")
+    if name in DATED_TABLES:
+        writer = writer.partitionBy(PARTITION_COLUMN)
+    writer.parquet(path)
+
+
 def _write_local_tables(tables: dict[str, Any], local_dir: str) -> None:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
@@ -357,13 +613,16 @@ def _write_local_tables(tables: dict[str, Any], local_dir: str) -> None:
         pacsv.write_csv(tbl, os.path.join(local_dir, "csv", name + ".csv"))
 
 
-def _copy_to(spark: SparkSession, local_dir: str, out_dir: str) -> None:
-    if _is_local(out_dir):
-        return
-    src = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(local_dir)  # type: ignore[union-attr]
-    dst, fs = _hadoop_path(spark, out_dir)
-    for entry in os.listdir(local_dir):
-        fs.copyFromLocalFile(False, True, src.suffix("/" + entry), dst)
+def _state(spark: SparkSession, out_dir: str) -> dict[str, Any]:
+    text = _read_text(spark, _join(out_dir, STATE_FILE))
+    return json.loads(text) if text else {}
+
+
+def daily_range(spark: SparkSession, input_dir: str, out_dir: str) -> DateRange:
+    """The daily mode's range: from the last date the previous run of this --out saw (that day
+    again: the export may have added rows to it since) to the end; a full run the first time."""
+    last = _state(spark, out_dir).get("last_date")
+    return DateRange(first=last) if last else DateRange()
 
 
 def run_job(
@@ -376,6 +635,9 @@ def run_job(
     worst_n: int = 10,
     date_from: str | None = None,
     date_to: str | None = None,
+    lookback_days: int | None = None,
+    lookahead_days: int = DEFAULT_LOOKAHEAD_DAYS,
+    daily: bool = False,
     report: bool = True,
     progress: Progress | bool = True,
     shuffle_partitions: int | None = None,
@@ -383,11 +645,21 @@ def run_job(
 ) -> dict[str, Any]:
     """Analyse the export at input_dir, write tables and report to out_dir, return the summary.
 
-    Raises BadInput for a missing path, a wrong schema or empty data. The returned dict holds the
-    fleet summary numbers (see docs/fleet.md), plus 'mismatch_rows', 'seconds' and 'out_dir'.
+    input_dir and out_dir are Hadoop URIs (scheme-less: the default filesystem). date_from /
+    date_to bound the rows counted (inclusive dates); lookback_days / lookahead_days bound what is
+    read around them (DateRange). daily=True: from the last date of the previous run into the same
+    out_dir (daily_range) on.
+
+    Raises BadInput for a missing path, a wrong schema, null keys or empty data. The returned dict
+    holds the fleet summary numbers (see docs/fleet.md), plus 'mismatch_rows', 'seconds' and 'out_dir'.
     """
     prog = progress if isinstance(progress, Progress) else Progress(enabled=bool(progress))
-    if _is_local(input_dir) and not os.path.isdir(_local(input_dir)):  # fail before starting a JVM
+    check_date("--from", date_from)
+    check_date("--to", date_to)
+    if date_from and date_to and date_from > date_to:
+        raise BadInput("--from %s is after --to %s" % (date_from, date_to))
+    if _scheme(input_dir) in (None, "file") and not os.path.isdir(_local(input_dir)) and spark is None:
+        # fail before starting a JVM (a scheme-less path is local in the embedded session)
         raise BadInput("input not found: %s" % input_dir)
     if spark is None:
         spark = SparkSession.getActiveSession()
@@ -396,11 +668,7 @@ def run_job(
         with prog.stage("start spark (%s)" % master):
             spark = build_session(master, shuffle_partitions, driver_memory)
     assert spark is not None
-    for k, v in RUNTIME_CONF.items():
-        spark.conf.set(k, v)
-    for k, v in TUNING_CONF.items():
-        if spark.conf.get(k, None) is None:  # not set by spark-submit --conf or the session builder
-            spark.conf.set(k, v)
+    _apply_conf(spark)
     prog.watch(spark)
     t0 = time.monotonic()
     cached: list[DataFrame] = []
@@ -409,66 +677,98 @@ def run_job(
         cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
         return df
 
+    def cut(df: DataFrame) -> DataFrame:
+        # computed now, kept on the executors (like a cache, MEMORY_AND_DISK), and the plans built
+        # on it start from here. Unlike a cache it is not recomputed if an executor is lost: run
+        # with static executors (or dynamic allocation's default cachedExecutorIdleTimeout)
+        cp = df.localCheckpoint(eager=True)
+        cached.append(cp)
+        return cp
+
     try:
-        with prog.stage("extract %s" % input_dir):
-            inputs = extract(spark, input_dir, date_from, date_to, prog)
-        collected: dict[str, Any] = {}
-        with prog.stage("leads, ordering and channel windows"):
-            rows = transform_rows(inputs, window_seconds)  # per arrival: not cached, read once
-            tables = build_tables(rows, inputs, window_seconds, worst_n, keep=keep)
-            cw = tables["channel_windows"]
-            collected["channel_windows"] = cw.orderBy(*TABLE_ORDER["channel_windows"]).toArrow()
-            ncw = collected["channel_windows"].num_rows
-            nrows = int(pc.sum(collected["channel_windows"].column("messages")).as_py() or 0)
-            if nrows == 0:
-                raise BadInput(
-                    "%s: no arrival rows%s" % (_join(input_dir, "arrivals"), _range(date_from, date_to))
-                )
-            prog.log("  %d arrival rows -> %d device-channel-window rows" % (nrows, ncw))
-        with prog.stage("aggregate"):
-            for name, df in tables.items():
-                if name in collected:
-                    continue
-                order = TABLE_ORDER[name]
-                collected[name] = (df.orderBy(*order) if order else df).toArrow()
-                prog.log("  %s: %d rows" % (name, collected[name].num_rows))
-        summary_row = collected["summary"].to_pylist()[0]
-        n_mismatch = int(summary_row["lead_mismatches"]) + int(summary_row["dup_flag_mismatches"])
+        dates = (
+            daily_range(spark, input_dir, out_dir)
+            if daily
+            else DateRange(date_from, date_to, lookback_days, lookahead_days)
+        )
+        if dates.bounded and DAY_US % (window_seconds * 1_000_000):
+            raise BadInput("a date range needs a window that divides a day (got %ds)" % window_seconds)
+        try:
+            return _run(
+                spark, input_dir, out_dir, dates, window_seconds, worst_n, report, prog, (keep, cut), t0
+            )
+        except BadInput:
+            raise
+        except Exception as e:
+            bad = bad_input_from(e)
+            if bad is not None:
+                raise bad from None
+            raise
+    finally:
+        prog.close()
+        for df in cached:
+            df.unpersist()
+        if own:
+            spark.stop()
+
+
+def _run(
+    spark: SparkSession,
+    input_dir: str,
+    out_dir: str,
+    dates: DateRange,
+    window_seconds: int,
+    worst_n: int,
+    report: bool,
+    prog: Progress,
+    hooks: tuple[Any, Any],
+    t0: float,
+) -> dict[str, Any]:
+    with prog.stage("extract %s%s" % (input_dir, dates.describe())):
+        inputs = extract(spark, input_dir, dates, prog)
+        last_input_date = (_list_dates(spark, _join(input_dir, "arrivals")) or [None])[-1]
+    with prog.stage("leads, ordering, channel windows, devices (one scan, one shuffle)"):
+        import pyarrow.compute as pc
+
+        tables = build_tables(inputs, window_seconds, worst_n, dates, keep=hooks[0], cut=hooks[1])
+        tables["_by_device"].unpersist()  # the stage is computed: the arrivals are not read again
+        devices = _sorted(tables["devices"].toArrow(), ["device_id"])
+        nrows = int(pc.sum(devices.column("messages")).as_py() or 0)
+        if nrows == 0:
+            raise BadInput("%s: no arrival rows%s" % (_join(input_dir, "arrivals"), dates.describe()))
+        prog.log("  %d arrival rows, %d devices" % (nrows, devices.num_rows))
+    small_parts = _small_partitions(spark)
+    local_out = _is_local(spark, out_dir)
+    with prog.stage("write row-scale tables (executors) to %s" % out_dir):
+        for name in EXECUTOR_TABLES:
+            write_executor_table(name, tables[name], out_dir, dynamic=dates.bounded)
+            if local_out:  # a CSV of an earlier version of the job (the table was collected then)
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(_local(qualify(spark, out_dir)), "csv", name + ".csv"))
+    with prog.stage("small tables (one job)"):
+        small = collect_small({n: tables[n] for n in SMALL_TABLES})
+        for n, t in small.items():
+            prog.log("  %s: %d rows" % (n, t.num_rows))
+    summary_row = small["summary"].to_pylist()[0]
+    n_mismatch = int(summary_row["lead_mismatches"]) + int(summary_row["dup_flag_mismatches"])
+    local_dir = _local(qualify(spark, out_dir)) if local_out else tempfile.mkdtemp(prefix="leadwire-fleet-")
+    try:
         with prog.stage("load %s" % out_dir):
-            local_dir = _local(out_dir) if _is_local(out_dir) else tempfile.mkdtemp(prefix="leadwire-fleet-")
             os.makedirs(local_dir, exist_ok=True)
-            mismatch_rows = 0
-            mismatch_head = None
-            if n_mismatch:
-                # the per-arrival plan runs once more here, only when the bridge disagrees, and only
-                # for the devices that have mismatches (lead domains never span devices)
-                bad = [
-                    r["device_id"]
-                    for r in collected["devices"].to_pylist()
-                    if r["lead_mismatches"] or r["dup_flag_mismatches"]
-                ]
-                bad_in = Inputs(
-                    inputs.arrivals.where(F.col("device_id").isin(bad)), inputs.losses, inputs.boots
-                )
-                mm = T.transform_mismatches(transform_rows(bad_in, window_seconds))
-                mm.write.mode("overwrite").parquet(_join(out_dir, "mismatches"))
-                written = spark.read.parquet(_join(out_dir, "mismatches"))
-                mismatch_rows = written.count()
-                mismatch_head = written.orderBy(*T.LEAD_KEY, "arrival").limit(MISMATCH_CSV_ROWS).toArrow()
-                collected["mismatches"] = mismatch_head
+            mismatch_rows, head = _mismatches(
+                spark, inputs, out_dir, dates, window_seconds, devices, n_mismatch
+            )
+            collected: dict[str, Any] = dict(small)
+            if head is not None:
+                collected["mismatches"] = head
                 prog.log(
                     "  consistency: %d rows disagree with the bridge (lead or duplicate flag)" % mismatch_rows
                 )
             else:
                 prog.log("  consistency: stored lead and duplicate flags all agree with the recomputation")
-                shutil.rmtree(
-                    os.path.join(local_dir, "mismatches"), ignore_errors=True
-                )  # a stale earlier run
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(local_dir, "csv", "mismatches.csv"))
-                    os.remove(os.path.join(local_dir, "parquet", "mismatches.parquet"))
             _write_local_tables(collected, local_dir)
-            seconds = time.monotonic() - t0
             summary = {k: _plain(v) for k, v in summary_row.items()}
             summary.update(
                 rows=nrows,
@@ -476,7 +776,9 @@ def run_job(
                 window_seconds=window_seconds,
                 input_dir=input_dir,
                 out_dir=out_dir,
-                seconds=round(seconds, 3),
+                date_from=dates.first,
+                date_to=dates.last,
+                seconds=round(time.monotonic() - t0, 3),
             )
             with open(os.path.join(local_dir, "summary.json"), "w") as f:
                 json.dump(summary, f, indent=2, sort_keys=True)
@@ -484,19 +786,60 @@ def run_job(
             with prog.stage("report"):
                 from leadwire.fleet.report import write_report
 
-                write_report(local_dir, collected, summary)
-                prog.log("  %s" % os.path.join(out_dir, "index.html"))
-        _copy_to(spark, local_dir, out_dir)
-        if not _is_local(out_dir):
-            shutil.rmtree(local_dir, ignore_errors=True)
-        summary["seconds"] = round(time.monotonic() - t0, 3)
-        return summary
+                write_report(local_dir, {**collected, "devices": devices}, summary)
+                prog.log("  %s" % _join(out_dir, "index.html"))
+        if not local_out:
+            copy_tree(spark, local_dir, out_dir)
+        state = {"last_date": max(filter(None, [last_input_date, _state(spark, out_dir).get("last_date")]))}
+        _write_text(spark, _join(out_dir, STATE_FILE), json.dumps(state))
     finally:
-        prog.close()
-        for df in cached:
-            df.unpersist()
-        if own:
-            spark.stop()
+        if not local_out:
+            shutil.rmtree(local_dir, ignore_errors=True)
+        if small_parts is not None:
+            spark.conf.set("spark.sql.shuffle.partitions", small_parts)
+    summary["seconds"] = round(time.monotonic() - t0, 3)
+    return summary
+
+
+def _small_partitions(spark: SparkSession) -> str | None:
+    """Local runs: what is left after the stage (joins and roll-ups of a few thousand rows) runs
+    in one shuffle partition, not 2 x cores: fewer tasks, the same result. Returns the value to
+    restore, or None when nothing was changed (a cluster: AQE coalesces)."""
+    if not spark.sparkContext.master.startswith("local"):
+        return None
+    old = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    return old
+
+
+def _mismatches(
+    spark: SparkSession,
+    inputs: Inputs,
+    out_dir: str,
+    dates: DateRange,
+    window_seconds: int,
+    devices: Any,
+    n_mismatch: int,
+) -> tuple[int, Any]:
+    """Write the rows that disagree with the bridge to OUT/mismatches/ (executors); return their
+    count and the first MISMATCH_CSV_ROWS of them for the report. The per-arrival plan runs once
+    more here, only when the bridge disagrees, and only for the devices with mismatches (lead
+    domains never span devices)."""
+    path = _join(out_dir, "mismatches")
+    if not n_mismatch:
+        _delete(spark, path)  # a stale earlier run
+        return 0, None
+    bad = [r["device_id"] for r in devices.to_pylist() if r["lead_mismatches"] or r["dup_flag_mismatches"]]
+    bad_in = Inputs(inputs.arrivals.where(F.col("device_id").isin(bad)), inputs.losses, inputs.boots)
+    T.transform_mismatches(transform_rows(bad_in, window_seconds, dates)).write.mode("overwrite").parquet(
+        path
+    )
+    written = spark.read.parquet(path)
+    head = _sorted(written.limit(MISMATCH_CSV_ROWS).toArrow(), [*T.LEAD_KEY, "arrival"])
+    n = written.count()
+    if n <= MISMATCH_CSV_ROWS:  # the head is all of them: sorted on the driver, not by a global sort
+        head = _sorted(written.toArrow(), [*T.LEAD_KEY, "arrival"])
+    return n, head
 
 
 def _plain(v: Any) -> Any:
@@ -529,37 +872,52 @@ def format_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """spark-submit entry: uses the active/cluster SparkSession (master comes from spark-submit)."""
-    ap = argparse.ArgumentParser(prog="job.py", description="leadwire fleet analytics (spark-submit entry)")
-    ap.add_argument("--input", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--window", default="1h")
-    ap.add_argument("--from", dest="date_from")
-    ap.add_argument("--to", dest="date_to")
-    ap.add_argument("--worst", type=int, default=10)
-    ap.add_argument("--no-report", action="store_true")
-    a = ap.parse_args(argv)
+@click.command("job.py", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--input", "input_dir", required=True, help="Export URI (hdfs://, s3a://, file://, or a path).")
+@click.option("--out", "out_dir", required=True, help="Output URI: tables, index.html, plots.")
+@click.option("--window", default="1h", show_default=True, help="Time window: seconds or 15m, 1h, 1d ...")
+@date_options
+@click.option("--worst", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--no-report", is_flag=True, help="Tables only, no index.html.")
+def main(
+    input_dir: str,
+    out_dir: str,
+    window: str,
+    date_from: str | None,
+    date_to: str | None,
+    since: str | None,
+    day: str | None,
+    daily: bool,
+    lookback_days: int | None,
+    lookahead_days: int,
+    worst: int,
+    no_report: bool,
+) -> None:
+    """leadwire fleet analytics, the spark-submit entry: uses the active or cluster SparkSession
+    (the master comes from spark-submit)."""
     try:
-        window = parse_window(a.window)
+        window_seconds = parse_window(window)
+        date_from, date_to = resolve_dates(date_from, date_to, since, day, daily)
         spark = SparkSession.builder.appName("leadwire-fleet").getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         summary = run_job(
-            a.input,
-            a.out,
+            input_dir,
+            out_dir,
             spark,
-            window_seconds=window,
-            worst_n=a.worst,
-            date_from=a.date_from,
-            date_to=a.date_to,
-            report=not a.no_report,
+            window_seconds=window_seconds,
+            worst_n=worst,
+            date_from=date_from,
+            date_to=date_to,
+            lookback_days=lookback_days,
+            lookahead_days=lookahead_days,
+            daily=daily,
+            report=not no_report,
         )
     except BadInput as e:
-        print("fleet: %s" % e, file=sys.stderr)
-        return 2
-    print(format_summary(summary))
-    return 0
+        click.echo("fleet: %s" % e, err=True)
+        sys.exit(2)
+    click.echo(format_summary(summary))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

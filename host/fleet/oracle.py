@@ -375,3 +375,17 @@ def compare_tables(
         if bad > 5:
             diffs.append("%s: %d differing cells in all" % (name, bad))
     return diffs
+
+
+def read_job_tables(out_dir: str, names: Any) -> dict[str, pd.DataFrame]:
+    """The job's tables under out_dir/parquet/ as pandas: a single file (the small tables) or a
+    directory of part files (the executor-written ones; their `date` partition column dropped)."""
+    import pyarrow.parquet as pq
+
+    got = {}
+    for n in names:
+        t = pq.read_table("%s/parquet/%s.parquet" % (out_dir.rstrip("/"), n))
+        if "date" in t.column_names:
+            t = t.drop_columns(["date"])
+        got[n] = t.to_pandas()
+    return got

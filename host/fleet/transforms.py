@@ -431,10 +431,24 @@ def transform_recoveries(losses: DataFrame, window_seconds: int = 3600) -> DataF
     )
 
 
-def transform_restarts(boots: DataFrame, window_seconds: int = 3600) -> DataFrame:
+def in_range(us: Column, since_us: int | None, until_us: int | None) -> Column:
+    """since_us <= us < until_us (a bound of None is open)."""
+    cond = F.lit(True)
+    if since_us is not None:
+        cond = cond & (us >= F.lit(since_us))
+    if until_us is not None:
+        cond = cond & (us < F.lit(until_us))
+    return cond
+
+
+def transform_restarts(
+    boots: DataFrame, window_seconds: int = 3600, since_us: int | None = None, until_us: int | None = None
+) -> DataFrame:
     """Boots per device window; every boot after a device's first one seen is a restart.
 
-    The same boot reported by two bridges counts once (earliest first_seen_ts wins).
+    The same boot reported by two bridges counts once (earliest first_seen_ts wins). Boots are
+    numbered over everything read, then only those first seen in [since_us, until_us) are counted:
+    a device's first boot inside a date range is a restart when an earlier boot was read.
     """
     same_boot = Window.partitionBy("device_id", "boot_epoch", "boots").orderBy("first_seen_ts", "bridge_id")
     per_device = Window.partitionBy("device_id").orderBy("first_seen_ts", "boots", "boot_epoch")
@@ -443,6 +457,7 @@ def transform_restarts(boots: DataFrame, window_seconds: int = 3600) -> DataFram
         boots.withColumn("_copy", F.row_number().over(same_boot))
         .where(F.col("_copy") == 1)
         .withColumn("_nth", F.row_number().over(per_device))
+        .where(in_range(first_seen, since_us, until_us))
         .select(
             "device_id",
             "firmware_version",
@@ -497,15 +512,40 @@ def _fill_counts(df: DataFrame, cols: list[str]) -> DataFrame:
     return df.fillna(0, subset=cols)
 
 
-def transform_devices(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat_values: DataFrame) -> DataFrame:
-    """One row per device over the whole input: counts, rates, restarts, recoveries, latency."""
+def transform_device_latency(values: DataFrame) -> DataFrame:
+    """Per device: <metric>_p<q>_us (exact percentiles of transform_latency_values output). On data
+    partitioned by device (transform_by_device) the aggregation needs no exchange."""
+    return _latency_wide(transform_percentiles(values, ["device_id"]), ["device_id"]).select(
+        "device_id", *LATENCY_WIDE
+    )
+
+
+def transform_stack(parts: dict[str, DataFrame]) -> DataFrame:
+    """Several results as one DataFrame: a `_part` column naming each, the union of their columns
+    (a column a part lacks is null there). One action then computes every part in one plan, where
+    Spark reuses an exchange the parts share instead of running it once per part."""
+    out: DataFrame | None = None
+    for tag, df in parts.items():
+        d = df.select(F.lit(tag).alias("_part"), *df.columns)
+        out = d if out is None else out.unionByName(d, allowMissingColumns=True)
+    assert out is not None
+    return out
+
+
+def transform_unstack(stacked: DataFrame, tag: str, cols: list[str]) -> DataFrame:
+    """One part of transform_stack output, with its own columns."""
+    return stacked.where(F.col("_part") == tag).select(*cols)
+
+
+def transform_devices(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat: DataFrame) -> DataFrame:
+    """One row per device over the whole input: counts, rates, restarts, recoveries, latency
+    (`lat`: transform_device_latency output)."""
     base = cw.groupBy("device_id").agg(
         F.array_join(F.array_sort(F.collect_set("firmware_version")), ",").alias("firmware_versions"),
         F.array_join(F.array_sort(F.collect_set("transport")), ",").alias("transports"),
         *(F.sum(c).cast("long").alias(c) for c in SUM_COLS),
         *(F.max(c).cast("long").alias(c) for c in MAX_COLS),
     )
-    lat = _latency_wide(transform_percentiles(lat_values, ["device_id"]), ["device_id"])
     out = (
         base.join(_recovery_rollup(rec, ["device_id"]), on="device_id", how="full")
         .join(_restart_rollup(rst, ["device_id"]), on="device_id", how="full")

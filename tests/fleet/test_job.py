@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from leadwire.fleet.job import TABLE_ORDER, BadInput, run_job
+from leadwire.fleet.job import EXECUTOR_TABLES, SMALL_TABLES, TABLE_ORDER, BadInput, run_job
 from leadwire.fleet.synth import SynthConfig, SynthTruth, generate, write_export
 
 pytestmark = pytest.mark.spark
@@ -69,10 +69,15 @@ def test_job_finds_exactly_the_injected_faults(synth_run: tuple[Path, Path, Synt
 
 
 def test_job_writes_tables_report_and_plots(synth_run: tuple[Path, Path, SynthTruth, dict]) -> None:
-    _, out, _, _ = synth_run
-    for name in TABLE_ORDER:
+    export, out, _, _ = synth_run
+    for name in SMALL_TABLES:  # collected to the driver: one Parquet and one CSV file each
         assert (out / "parquet" / (name + ".parquet")).is_file(), name
         assert (out / "csv" / (name + ".csv")).is_file(), name
+    for name in EXECUTOR_TABLES:  # written by the executors: a directory of part files
+        assert list((out / "parquet" / (name + ".parquet")).rglob("part-*.parquet")), name
+        assert not (out / "csv" / (name + ".csv")).exists()
+    days = sorted(p.name for p in (out / "parquet" / "channel_windows.parquet").glob("date=*"))
+    assert days == sorted(p.name for p in (export / "arrivals").glob("date=*")) and len(days) == 3
     html = (out / "index.html").read_text()
     for png in ("lead_histogram", "loss_over_time", "worst_devices", "by_firmware", "by_transport"):
         assert (out / (png + ".png")).stat().st_size > 1000
@@ -86,10 +91,10 @@ def test_job_writes_tables_report_and_plots(synth_run: tuple[Path, Path, SynthTr
 
 def test_spark_equals_duckdb_oracle(synth_run: tuple[Path, Path, SynthTruth, dict]) -> None:
     pytest.importorskip("duckdb")
-    from leadwire.fleet.oracle import compare_tables, run_oracle
+    from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
 
     export, out, _, _ = synth_run
-    got = {n: pd.read_parquet(out / "parquet" / (n + ".parquet")) for n in TABLE_ORDER}
+    got = read_job_tables(str(out), TABLE_ORDER)
     want = run_oracle(str(export), worst_n=3)
     assert compare_tables(got, want, TABLE_ORDER) == []
 
@@ -109,8 +114,15 @@ def test_bad_input_missing_wrong_schema_empty(spark: SparkSession, tmp_path: Pat
     arr = tables["arrivals"]
     bad = arr.set_column(arr.schema.get_field_index("seq"), "seq", arr.column("seq").cast(pa.string()))
     _write(tmp_path / "wrong" / "arrivals" / "date=2026-01-01", bad)
-    with pytest.raises(BadInput, match=r"wrong schema: column 'seq' is string, expected bigint"):
+    wrong = r"part-0.parquet: wrong schema: column 'seq' is binary, expected bigint"
+    with pytest.raises(BadInput, match=wrong):
         run_job(str(tmp_path / "wrong"), str(tmp_path / "out"), spark, progress=False)
+    # a null key (a writer that lost a column) is refused in one line naming the file
+    nulls = arr.set_column(0, pa.field("device_id", pa.string()), pa.nulls(len(arr), pa.string()))
+    _write(tmp_path / "nullkey" / "arrivals" / "date=2026-01-01", nulls)
+    null_key = r"^arrivals: null device_id \(NOT NULL in the contract\) in file:.*part-0"
+    with pytest.raises(BadInput, match=null_key):
+        run_job(str(tmp_path / "nullkey"), str(tmp_path / "out"), spark, progress=False)
     _write(tmp_path / "empty" / "arrivals" / "date=2026-01-01", arr.slice(0, 0))
     with pytest.raises(BadInput, match="no arrival rows"):
         run_job(str(tmp_path / "empty"), str(tmp_path / "out"), spark, progress=False)

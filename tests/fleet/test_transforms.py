@@ -353,7 +353,7 @@ def test_devices_worst_and_compare(spark: SparkSession) -> None:
     rst = T.transform_restarts(boots)
     values = T.transform_latency_values(T.transform_arrivals(arrivals_df(spark, a + b + c)))
     lat = T.transform_latency_counts(values)
-    devices = T.transform_devices(cw, rec, rst, values)
+    devices = T.transform_devices(cw, rec, rst, T.transform_device_latency(values))
     # z has a boot but no arrivals: it is still a device (full join), with zero counts
     assert_rows(
         spark,
