@@ -41,7 +41,6 @@ import re
 import shutil
 import signal
 import socket
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -61,6 +60,7 @@ from leadwire import codec, framing, messages, wire  # noqa: E402
 from leadwire.bridge import logs  # noqa: E402
 from leadwire.bridge.config import parse  # noqa: E402
 from leadwire.bridge.daemon import Bridge  # noqa: E402
+from leadwire.bridge.store_reader import StoreReader  # noqa: E402
 from leadwire.ring import EventRing  # noqa: E402
 from leadwire.tools.board import BoardError, start_board  # noqa: E402
 from leadwire.tools.firmware_build import build  # noqa: E402
@@ -129,7 +129,7 @@ async def run_bridge(
     def counted(data: bytes) -> None:  # every frame the bridge receives (UDP datagram, serial frame)
         rx["frames"] += 1
         rx["bytes"] += len(data)
-        if data and data[0] & 0x1F == wire.EVENTS:  # the frame type: low 5 bits of the first byte
+        if data and wire.frame_type(data) == wire.EVENTS:
             rx["events_frames"] += 1
         on_datagram(data)
 
@@ -162,15 +162,8 @@ async def run_bridge(
 def stored(db: Path, window: tuple[float, float]) -> dict[str, Any]:
     """Event payload bytes durably committed in the window: from the first commit in it (excluded:
     its events arrived before the window) to the last, by the store's own commit times."""
-    con = sqlite3.connect(db)
-    t0, t1 = int(window[0] * 1e6), int(window[1] * 1e6)
-    rows = con.execute(
-        "SELECT commit_us, COUNT(*), SUM(payload_bytes) FROM arrivals "
-        "WHERE kind = 0 AND duplicate = 0 AND commit_us BETWEEN ? AND ? "
-        "GROUP BY commit_us ORDER BY commit_us",
-        (t0, t1),
-    ).fetchall()
-    con.close()
+    with StoreReader(db) as r:
+        rows = r.commits(int(window[0] * 1e6), int(window[1] * 1e6))
     if len(rows) < 2:
         return {"goodput": 0.0, "events_s": 0.0, "commits": len(rows)}
     dt = (rows[-1][0] - rows[0][0]) / 1e6
@@ -490,6 +483,14 @@ def pct(x: float | None) -> str:
 
 
 def report(res: dict[str, Any]) -> str:
+    """The three tables of the run: UDP, serial, signed (when run)."""
+    out = [*_report_udp(res), "", *_report_serial(res)]
+    if res["signed"]:
+        out += ["", *_report_signed(res)]
+    return "\n".join(out)
+
+
+def _report_udp(res: dict[str, Any]) -> list[str]:
     out: list[str] = []
     lw = res["udp_lw"]
     rates = sorted({r["hz"] for r in lw}, key=lambda h: (h == 0, h))
@@ -563,7 +564,11 @@ def report(res: dict[str, Any]) -> str:
             ]
         )
     out.append(table(rows))
-    out.append("")
+    return out
+
+
+def _report_serial(res: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     c = res["ceiling"]
     out.append(
         "Serial, 64 B events, frames of %d B (%d events = %d B payload; %d B with COBS + delimiter), "
@@ -617,67 +622,70 @@ def report(res: dict[str, Any]) -> str:
             ]
         )
     out.append(table(rows))
-    if res["signed"]:
-        out.append("")
-        out.append(
-            "Signed frames (auth: HMAC-SHA256 tag, 8 B trailer a frame), beside unsigned with the same ring:"
-        )
-        rows = [
-            [
-                "link",
-                "frames",
-                "ring (events)",
-                "stored payload B/s",
-                "signed / unsigned",
-                "events / frame",
-                "board CPU",
-                "bridge CPU",
-                "CPU us / stored event: board, bridge",
-            ]
+    return out
+
+
+def _report_signed(res: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    out.append(
+        "Signed frames (auth: HMAC-SHA256 tag, 8 B trailer a frame), beside unsigned with the same ring:"
+    )
+    rows = [
+        [
+            "link",
+            "frames",
+            "ring (events)",
+            "stored payload B/s",
+            "signed / unsigned",
+            "events / frame",
+            "board CPU",
+            "bridge CPU",
+            "CPU us / stored event: board, bridge",
         ]
-        by: dict[str, dict[bool, list[dict[str, Any]]]] = {}
-        for r in res["signed"]:
-            by.setdefault(r["link"], {}).setdefault(r["signed"], []).append(r)
-        for link, d in by.items():
-            u = med([r for r in d.get(False, []) if "error" not in r], "goodput")
-            for signed in (True, False):
-                rs = d.get(signed, [])
-                if not rs:
-                    continue
-                if any("error" in r for r in rs):
-                    rows.append(
-                        [
-                            link,
-                            "signed" if signed else "unsigned",
-                            "-",
-                            "did not boot",
-                            "-",
-                            "-",
-                            "-",
-                            "-",
-                            "-",
-                        ]
-                    )
-                    continue
-                g = med(rs, "goodput")
-                ratio = "%.3f" % (g / u) if signed and u and not math.isnan(u) else "-"
-                if rs[0]["line"]:
-                    ratio += " (%.3f of baud/10)" % (g / rs[0]["line"])
+    ]
+    by: dict[str, dict[bool, list[dict[str, Any]]]] = {}
+    for r in res["signed"]:
+        by.setdefault(r["link"], {}).setdefault(r["signed"], []).append(r)
+    for link, d in by.items():
+        u = med([r for r in d.get(False, []) if "error" not in r], "goodput")
+        for signed in (True, False):
+            rs = d.get(signed, [])
+            if not rs:
+                continue
+            if any("error" in r for r in rs):
                 rows.append(
                     [
                         link,
                         "signed" if signed else "unsigned",
-                        fmt(rs[0]["ring"]),
-                        fmt(g) + (" (%s)" % " / ".join(fmt(r["goodput"]) for r in rs) if len(rs) > 1 else ""),
-                        ratio,
-                        fmt(med(rs, "events_per_frame"), 1),
-                        pct(med(rs, "board_cpu")),
-                        pct(med(rs, "bridge_cpu")),
-                        "%s, %s" % (fmt(med(rs, "board_us"), 1), fmt(med(rs, "bridge_us"), 1)),
+                        "-",
+                        "did not boot",
+                        "-",
+                        "-",
+                        "-",
+                        "-",
+                        "-",
                     ]
                 )
-        out.append(table(rows))
-    return "\n".join(out)
+                continue
+            g = med(rs, "goodput")
+            ratio = "%.3f" % (g / u) if signed and u and not math.isnan(u) else "-"
+            if rs[0]["line"]:
+                ratio += " (%.3f of baud/10)" % (g / rs[0]["line"])
+            rows.append(
+                [
+                    link,
+                    "signed" if signed else "unsigned",
+                    fmt(rs[0]["ring"]),
+                    fmt(g) + (" (%s)" % " / ".join(fmt(r["goodput"]) for r in rs) if len(rs) > 1 else ""),
+                    ratio,
+                    fmt(med(rs, "events_per_frame"), 1),
+                    pct(med(rs, "board_cpu")),
+                    pct(med(rs, "bridge_cpu")),
+                    "%s, %s" % (fmt(med(rs, "board_us"), 1), fmt(med(rs, "bridge_us"), 1)),
+                ]
+            )
+    out.append(table(rows))
+    return out
 
 
 def label(link: str, x: int) -> str:

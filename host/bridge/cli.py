@@ -104,33 +104,28 @@ STATUS_COLUMNS = (
 
 def status_rows(store_path: str) -> list[dict[str, Any]]:
     from .client import CHANNEL_COUNTERS
-    from .store import connect_ro
+    from .store_reader import StoreReader
 
-    conn = connect_ro(store_path)
-    try:
-        ev = dict(conn.execute("SELECT dev, COUNT(*) FROM events GROUP BY dev").fetchall())
-        rp = dict(conn.execute("SELECT dev, COUNT(*) FROM reports GROUP BY dev").fetchall())
+    with StoreReader(store_path) as r:
+        ev = r.events_per_device()
+        rp = r.reports_per_device()
         out = []
-        for dev, device_id, transport, epoch, boots, n, counters in conn.execute(
-            "SELECT dev, device_id, transport, boot_epoch, boots, n, counters FROM devices ORDER BY device_id"
-        ):
-            c = json.loads(counters or "{}")
+        for d in sorted(r.devices(), key=lambda d: d.device_id):
+            c = d.counters
             row: dict[str, Any] = {
-                "device": device_id,
-                "transport": transport,
-                "boot_epoch": "%08x" % epoch if epoch is not None else "-",
-                "boots": boots,
-                "n": n,
-                "events": ev.get(dev, 0),
-                "reports": rp.get(dev, 0),
+                "device": d.device_id,
+                "transport": d.transport,
+                "boot_epoch": "%08x" % d.boot_epoch if d.boot_epoch is not None else "-",
+                "boots": d.boots,
+                "n": d.n,
+                "events": ev.get(d.dev, 0),
+                "reports": rp.get(d.dev, 0),
             }
             for name in CHANNEL_COUNTERS:
                 row[name] = sum(int(ch.get(name, 0)) for ch in c.get("channels", {}).values())
             row.update({k: int(v) for k, v in c.get("device", {}).items()})
             out.append(row)
         return out
-    finally:
-        conn.close()
 
 
 @click.command()

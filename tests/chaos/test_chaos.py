@@ -87,21 +87,15 @@ def test_checker_catches_silent_loss_duplicates_and_corruption(
     )  # twice
     conn.commit()
     conn.close()
-    from leadwire.bridge.store import connect_ro
+    from leadwire.bridge.store_reader import StoreReader
 
-    ro = connect_ro(str(db))
-    try:
+    with StoreReader(db) as ro:
         t = check_board(ro, name, trace, restarts_made=0)
-    finally:
-        ro.close()
     assert (t.silent, t.corrupted, t.duplicates) == (2, 1, 1)
     assert not t.ok
     # the same tail in a boot ended by a power cut: died with its boot, not silent
-    ro = connect_ro(str(db))
-    try:
+    with StoreReader(db) as ro:
         t2 = check_board(ro, name, trace, restarts_made=0, final_cut=True)
-    finally:
-        ro.close()
     assert (t2.silent, t2.died_with_boot) == (1, 1)
     # a made-up overrun row covering the hole: counted lost now, but its RECOVERY (n0 = the next
     # event, 10 held in a ring of 512 that was not full) is not what the ring could have answered
@@ -115,10 +109,7 @@ def test_checker_catches_silent_loss_duplicates_and_corruption(
     )
     conn.commit()
     conn.close()
-    ro = connect_ro(str(db))
-    try:
+    with StoreReader(db) as ro:
         t3 = check_board(ro, name, trace, restarts_made=0, final_cut=True)
-    finally:
-        ro.close()
     assert (t3.silent, t3.lost, t3.died_with_boot) == (0, 1, 1)
     assert [p for p in t3.problems if "does not match the ring" in p] and not t3.ok
