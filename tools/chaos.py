@@ -118,8 +118,8 @@ def bridge_doc(db: Path, links: list[Link], frames: int = 4) -> dict[str, Any]:
     polling = {"interval": 0.02, "interval_min": 0.005, "interval_max": 0.1, "timeout": 0.15,
                "backoff_max": 0.5, "hello_interval": 5.0,
                "frames": frames}  # burst polls: a serial answer frame (256 B) holds ~12 events  # fmt: skip
-    return bridge_config(links, store=str(db), store_opts={"commit_interval": 0.05}, bridge={"id": "chaos"},
-                         polling=polling)  # fmt: skip
+    return bridge_config(links, store=str(db), store_opts={"commit_interval": 0.05},
+                         bridge={"id": "chaos", "metrics": ""}, polling=polling)  # fmt: skip
 
 
 # mean frame sizes on a serial chaos link (measured: bytes / frames in netem's counts, COBS and

@@ -127,7 +127,7 @@ def bridge_doc(devices: list[Device]) -> dict[str, Any]:
     return bridge_config(
         links,
         store="store.db",
-        bridge={"id": "demo", "log_level": "info"},
+        bridge={"id": "demo", "metrics": "", "log_level": "info"},
         polling={"timeout": 0.25, "interval_max": 1.0, "hello_interval": 10.0},
     )
 

@@ -18,7 +18,6 @@ bridge being measured; ``--core`` runs full SimCore devices (EventRing, push ses
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import subprocess
@@ -27,7 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import click
+
 from leadwire.tools.procstat import cpu_seconds
+from leadwire.tools.testbed import Link, bridge_config, write_config
 
 WORKER = "leadwire.tools.simdevice"
 
@@ -76,12 +78,9 @@ class Fleet:
         return sum(cpu_seconds(p.pid) or 0.0 for p in self.procs)
 
     def config(self, path: Path, store: str, **polling: Any) -> Path:
-        lines = ["[bridge]", 'id = "fleetsim"', "[store]", 'path = "%s"' % store, "[polling]"]
-        lines += ["%s = %s" % (k, json.dumps(v)) for k, v in polling.items()]
-        for d in self.devices:
-            lines += ["[[device]]", 'id = "%s"' % d["id"], 'udp = "%s"' % d["udp"], 'timestamp = "prefix_us"',
-                      'key = "%s"' % d["key"] if "key" in d else "auth = false"]  # fmt: skip
-        path.write_text("\n".join(lines) + "\n")
+        """A bridge config polling every device (checked by the bridge's parser; owner-only: keys)."""
+        links = [Link(d["id"], "udp", d["udp"], d.get("key"), "prefix_us") for d in self.devices]
+        write_config(path, bridge_config(links, store=store, bridge={"id": "fleetsim"}, polling=polling))
         return path
 
     def close(self) -> None:
@@ -102,27 +101,24 @@ class Fleet:
         self.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--devices", type=int, default=100)
-    ap.add_argument("--procs", type=int, default=1)
-    ap.add_argument("--rate", type=float, default=10.0, help="events per second per device")
-    ap.add_argument("--capacity", type=int, default=1024)
-    ap.add_argument("--payload", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--config", type=Path, default=None, help="write a bridge.toml for these devices")
-    ap.add_argument("--store", default="fleetsim.db")
-    ap.add_argument("--core", action="store_true", help="full SimCore devices instead of the light simulator")
-    ap.add_argument(
-        "--no-auth", action="store_true", help="devices without keys (auth = false in the config)"
-    )
-    args = ap.parse_args(argv)
-    with Fleet(
-        args.devices, args.rate, args.procs, args.capacity, args.seed, args.payload, fast=not args.core,
-        auth=not args.no_auth,
-    ) as fleet:
-        if args.config:
-            fleet.config(args.config, args.store)
+@click.command(help=__doc__.split("\n")[0])
+@click.option("--devices", type=int, default=100, show_default=True)
+@click.option("--procs", type=int, default=1, show_default=True)
+@click.option("--rate", type=float, default=10.0, show_default=True, help="events per second per device")
+@click.option("--capacity", type=int, default=1024, show_default=True)
+@click.option("--payload", type=int, default=16, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="write a bridge.toml for these devices")  # fmt: skip
+@click.option("--store", default="fleetsim.db", show_default=True)
+@click.option("--core", is_flag=True, help="full SimCore devices instead of the light simulator")
+@click.option("--no-auth", is_flag=True, help="devices without keys (auth = false in the config)")
+def main(devices: int, procs: int, rate: float, capacity: int, payload: int, seed: int, config: Path | None,
+         store: str, core: bool, no_auth: bool) -> None:  # fmt: skip
+    """Run the fleet until SIGTERM."""
+    with Fleet(devices, rate, procs, capacity, seed, payload, fast=not core, auth=not no_auth) as fleet:
+        if config:
+            fleet.config(config, store)
         public = [{k: v for k, v in d.items() if k != "key"} for d in fleet.devices]  # keys: config only
         print(json.dumps({"devices": public, "pids": [p.pid for p in fleet.procs]}), flush=True)
         stop = []
@@ -132,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.2)
         except KeyboardInterrupt:
             pass
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

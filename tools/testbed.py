@@ -297,7 +297,7 @@ def bridge_config(
         dev.update({"key": d.key} if d.key else {"auth": False})
         devices.append(dev)
     return {
-        "bridge": {"metrics": "", **bridge},
+        "bridge": dict(bridge),
         "store": {"path": store, **(store_opts or {})},
         "polling": polling,
         "device": devices,
