@@ -1,6 +1,7 @@
-"""Hardware-in-the-loop suite: virtual boards by default (UDP and serial), or a real board.
+"""Hardware-in-the-loop suite: virtual boards by default (the unix port over UDP and serial, and the
+official rp2 firmware on an emulated Pico over UART0), or a real board.
 
-    pytest tests/hil                                         virtual boards, both transports
+    pytest tests/hil                                         virtual boards: udp, serial, pico
     pytest tests/hil --board-port /dev/ttyACM0 --board-kind rp2     a real board over serial
     pytest tests/hil --board-port 192.168.4.20:4210 --board-kind esp32   ... over UDP
     ... --board-reset "uhubctl -a cycle -p 2"                a command that power-cycles it
@@ -8,6 +9,9 @@
 A real board must have been flashed with the suite's config (`leadwire flash --config
 tests/hil/board_config.json`): tests that need another config, or a power cycle without
 --board-reset, skip on real hardware.
+
+The emulated Pico (tests/hil/pico.py) needs the RPI_PICO UF2, the RP2040 boot ROM and tools/pico's
+npm packages; without them its tests skip naming what to get. `pico-udp` always skips: no Wi-Fi.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from leadwire.tools.board import VirtualBoard, start_board
+from leadwire.tools.board import PicoBoard, VirtualBoard, pico_missing, start_board
 
 from .client import Client, SerialLink, UdpLink
+from .pico import NO_WIFI, configure, flashed_pico
 
 HERE = Path(__file__).resolve().parent
 BASE_CONFIG: dict[str, Any] = json.loads((HERE / "board_config.json").read_text())
@@ -50,7 +55,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if port:
             metafunc.parametrize("transport", ["serial" if port.startswith("/") else "udp"])
         else:
-            metafunc.parametrize("transport", ["udp", "serial"])
+            # the emulated Pico serves on UART0 ("pico"); its UDP link needs a radio ("pico-udp": skips)
+            metafunc.parametrize("transport", ["udp", "serial", "pico", "pico-udp"])
 
 
 def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -66,13 +72,36 @@ def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 class Dut:
     """The device under test and a client connected to it."""
 
-    def __init__(self, transport: str, config: dict[str, Any], real: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        transport: str,
+        config: dict[str, Any],
+        real: dict[str, Any] | None,
+        pico: PicoBoard | None = None,
+    ) -> None:
         self.transport = transport
         self.config = config
         self.real = real
-        self.board: VirtualBoard | None = None
+        self.board: VirtualBoard | PicoBoard | None = None
         self.client: Client
-        if real is None:
+        # what runs the firmware: "unix" (the unix port), "rp2" (emulated Pico), or the real board's
+        self.kind = "rp2" if pico is not None else (real or {}).get("kind") or "unix"
+        # pace: the sensors' rates relative to the suite's (the Pico: its 125 MHz Cortex-M0+ and a
+        # 115,200-baud UART carry a few hundred events/s: a quarter of the rates above 50 Hz, 50 Hz
+        # at least); slow: how much
+        # longer host-side timeouts are (the emulator runs at ~0.3-0.4x real time when busy)
+        self.pace, self.slow = (0.25, 4.0) if pico is not None else (1.0, 1.0)
+        if pico is not None:
+            config = copy.deepcopy(config)
+            for sensor in config.get("sensors") or []:  # (50 Hz and below as they are)
+                if sensor["hz"] > 50:
+                    sensor["hz"] = max(50, round(sensor["hz"] * self.pace))
+            self.config = config
+            configure(pico, config)
+            self.board = pico
+            assert pico.port is not None
+            self.client = Client(SerialLink(pico.port))
+        elif real is None:
             link: UdpLink | SerialLink
             if transport == "udp":
                 link = UdpLink(("127.0.0.1", 0))
@@ -98,6 +127,22 @@ class Dut:
     def virtual(self) -> bool:
         return self.board is not None
 
+    def now(self) -> float:
+        """Seconds on the board's clock: the emulated Pico's own time (it falls behind the wall
+        clock while its CPU is busy), the host's for every other board."""
+        if isinstance(self.board, PicoBoard):
+            return float(self.board.clock()["nanos"]) / 1e9
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """Let `seconds` pass on the board's clock."""
+        if not isinstance(self.board, PicoBoard):
+            time.sleep(seconds)
+            return
+        end = self.now() + seconds
+        while self.now() < end:
+            time.sleep(0.02)
+
     def restart(self) -> None:
         """Power cut and power on (virtual: kill + start on the same directory)."""
         if self.board is not None:
@@ -111,8 +156,21 @@ class Dut:
 
     def close(self) -> None:
         self.client.close()
-        if self.board is not None:
-            self.board.close()
+        if self.board is not None and not isinstance(self.board, PicoBoard):
+            self.board.close()  # (the session's emulated Pico stays up for the next test)
+
+
+@pytest.fixture(scope="session")
+def pico_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PicoBoard]:
+    """One emulated Pico for the session, flashed once with `leadwire flash --board rp2`."""
+    why = pico_missing()
+    if why:
+        pytest.skip(why)
+    board = flashed_pico(tmp_path_factory.mktemp("pico"), BASE_CONFIG)
+    try:
+        yield board
+    finally:
+        board.close()
 
 
 @pytest.fixture
@@ -131,7 +189,10 @@ def open_dut(request: pytest.FixtureRequest) -> Iterator[Callable[..., Dut]]:
     def make(transport: str, **overrides: Any) -> Dut:
         if real is not None and overrides:
             pytest.skip("needs a board flashed with a different config: %r" % (overrides,))
-        d = Dut(transport, merged(BASE_CONFIG, overrides), real)
+        if transport == "pico-udp":
+            pytest.skip(NO_WIFI)
+        pico = request.getfixturevalue("pico_board") if transport == "pico" else None
+        d = Dut(transport, merged(BASE_CONFIG, overrides), real, pico)
         made.append(d)
         return d
 

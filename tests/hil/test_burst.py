@@ -22,7 +22,9 @@ pytestmark = [pytest.mark.micropython, pytest.mark.timeout(60)]
 ANSWERS = [wire.EVENTS, wire.NO_EVENT, wire.RECOVERY]
 
 
-def burst(c: Client, n: int, max_events: int, max_frames: int, timeout: float = 2.0) -> list[Frame]:
+def burst(
+    c: Client, n: int, max_events: int, max_frames: int, timeout: float = 2.0, quiet: float = 0.3
+) -> list[Frame]:
     """Send one POLL(n) asking for a burst; every answer frame to it, until the link is quiet."""
     c.tag = (c.tag + 1) & 0xFF
     c.stash.clear()
@@ -30,7 +32,7 @@ def burst(c: Client, n: int, max_events: int, max_frames: int, timeout: float = 
     out: list[Frame] = []
     end = time.monotonic() + timeout
     while True:
-        f = c.recv(ANSWERS, 0.3 if out else end - time.monotonic())
+        f = c.recv(ANSWERS, quiet if out else end - time.monotonic())
         if f is None:
             return out
         if f.message_id == c.tag:
@@ -47,14 +49,14 @@ def slow_board(open_dut: Open, transport: str) -> tuple[Dut, int]:
     Nothing changes the ring while it answers one POLL (no await between the frames of a burst):
     every figure below is exact."""
     d = open_dut(transport, sensors=[{"ch": 1, "hz": 20, "size": 16}], health={"ms": 0})
-    time.sleep(1.5)
+    d.sleep(1.5)
     n0, _ = first_range(d.client)
     return d, n0
 
 
 def test_burst_of_k_frames_carries_exactly_the_next_offsets(open_dut: Open, transport: str) -> None:
     d, n0 = slow_board(open_dut, transport)
-    frames = burst(d.client, add(n0, -1), 4, 3)
+    frames = burst(d.client, add(n0, -1), 4, 3, 2 * d.slow, 0.3 * d.slow)
     assert [f.index for f in frames] == [0, 1, 2]  # exactly k frames, numbered 0..k-1
     assert {f.message_id for f in frames} == {d.client.tag}  # each echoes the poll's tag
     offsets: list[int] = []
@@ -73,7 +75,7 @@ def test_burst_of_k_frames_carries_exactly_the_next_offsets(open_dut: Open, tran
 
 def test_burst_stops_when_the_ring_runs_dry(open_dut: Open, transport: str) -> None:
     d, n0 = slow_board(open_dut, transport)
-    frames = burst(d.client, add(n0, -1), 4, 32)
+    frames = burst(d.client, add(n0, -1), 4, 32, 2 * d.slow, 0.3 * d.slow)
     counts = [len(records(f)[1]) for f in frames]
     held = counts[0] + records(frames[0])[0]  # what the ring held after n0 - 1 when it answered
     assert 20 <= held < 4 * 32  # ~30 events: the burst ends before its 32 frames
@@ -83,7 +85,7 @@ def test_burst_stops_when_the_ring_runs_dry(open_dut: Open, transport: str) -> N
     assert [f.seq for f in frames] == [add(n0, 4 * i) for i in range(len(frames))]
     # caught up: a burst from the newest offset is one NO_EVENT
     last = add(frames[-1].seq, counts[-1] - 1)
-    again = burst(d.client, last, 4, 32)
+    again = burst(d.client, last, 4, 32, 2 * d.slow, 0.3 * d.slow)
     assert again[0].type in (wire.NO_EVENT, wire.EVENTS)
     if again[0].type == wire.NO_EVENT:  # (an event may have come in between: then EVENTS)
         assert len(again) == 1 and again[0].seq == last and again[0].index == 0
@@ -91,26 +93,27 @@ def test_burst_stops_when_the_ring_runs_dry(open_dut: Open, transport: str) -> N
 
 def test_burst_from_outside_the_ring_is_one_recovery(open_dut: Open, transport: str) -> None:
     d, n0 = slow_board(open_dut, transport)
-    frames = burst(d.client, add(n0, -1000), 4, 8)
+    frames = burst(d.client, add(n0, -1000), 4, 8, 2 * d.slow, 0.3 * d.slow)
     assert [(f.type, f.index) for f in frames] == [(wire.RECOVERY, 0)]
 
 
 def test_poll_client_with_bursts_receives_everything(open_dut: Open, transport: str) -> None:
-    """The core's PollClient with bursts of 8 frames against a board at ~1,050 events/s: every
-    event from first contact on arrives once, in order, none lost (per-channel sample numbers
-    have no gap), and one round trip carries several frames."""
+    """The core's PollClient with bursts of 8 frames against a board at ~1,050 events/s (the
+    emulated Pico: 300/s, for 3 s of its clock): every event from first contact on arrives once, in
+    order, none lost (per-channel sample numbers have no gap), and one round trip carries several
+    frames."""
     sensors = [{"ch": 1, "hz": 1000, "size": 16}, {"ch": 2, "hz": 50, "size": 12}]
     d = open_dut(transport, sensors=sensors, health={"ms": 0})
     c = d.client
     pc = PollClient()
     got: list[tuple[int, int, bytes]] = []
     polls = frames = 0
-    end = time.monotonic() + 3.0
-    while time.monotonic() < end:
+    end = d.now() + 3.0
+    while d.now() < end:
         c.send(pc.next_request(255, wire.MAX_PAYLOAD, 8))
         polls += 1
         while not pc.burst_done:
-            f = c.recv([wire.HELLO, *ANSWERS], 1.0)
+            f = c.recv([wire.HELLO, *ANSWERS], 1.0 * d.slow)
             if f is None:
                 pc.on_timeout()
                 break
@@ -121,7 +124,7 @@ def test_poll_client_with_bursts_receives_everything(open_dut: Open, transport: 
             elif kind == RECOVER:
                 assert data.cause == "first_contact", data  # the only recovery: nothing overran
     assert pc.lost == 0 and pc.unknown_losses == 0 and pc.transport_errors == 0
-    assert pc.received == len(got) > 2000
+    assert pc.received == len(got) > (2000 if d.pace == 1 else 600)
     offsets = [o for o, _, _ in got]
     assert offsets == [add(offsets[0], i) for i in range(len(offsets))]  # consecutive, once each
     for ch in (1, 2):

@@ -242,9 +242,11 @@ class Pl011 extends BasePeripheral {
     this.ris = 0; this.imsc = 0; this.ifls = 0x12; this.lcr = 0; this.cr = 0x300;
     this.ibrd = 0; this.fbrd = 0; this.dmacr = 0; this.ilpr = 0;
     this.overruns = 0;
-    this.txAlarm = mcu.clock.createAlarm(() => this.txDone());
-    this.rxAlarm = mcu.clock.createAlarm(() => this.rxArrive());
-    this.rtAlarm = mcu.clock.createAlarm(() => { if (this.rx.length) { this.ris |= I_RT; this.update(); } });
+    // (rp2040js leaves an alarm's `scheduled` set after it fires: each callback clears it first)
+    const alarm = (f) => { const a = mcu.clock.createAlarm(() => { a.scheduled = false; f(); }); return a; };
+    this.txAlarm = alarm(() => this.txDone());
+    this.rxAlarm = alarm(() => this.rxArrive());
+    this.rtAlarm = alarm(() => { if (this.rx.length) { this.ris |= I_RT; this.update(); } });
   }
   get fifoDepth() { return this.lcr & 0x10 ? 32 : 1; }
   get baud() {
