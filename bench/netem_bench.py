@@ -169,7 +169,7 @@ def frame_loss_to_byte(p: float, frame: int = 1000) -> float:
 
 
 def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds: float,
-             code: str | None, seed: int) -> dict[str, Any]:  # fmt: skip
+             code: str | None, seed: int, pipeline: bool = True) -> dict[str, Any]:  # fmt: skip
     """One leadwire run through netem (loss each way); the fields of peer_mqtt_bench.lw_run that the
     loss report reads."""
     run = Path(tempfile.mkdtemp(prefix="lw-%s-%d-%d-" % (transport, size, hz), dir=tmp))
@@ -193,7 +193,8 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
             host = pmb.Proc(
                 [sys.executable, str(pmb.HERE / "lw_host.py"), *link, "--store", str(run / "lw.db"),
                  "--events", "10000000", "--seconds", str(seconds), "--timeout", "0.25",
-                 "--frames", "16", "--max-bytes", "1460" if transport == "udp" else "1000"],
+                 "--frames", "16", "--max-bytes", "1460" if transport == "udp" else "1000",
+                 "--pipeline", str(int(pipeline))],
                 env={**os.environ, "PYTHONPATH": code} if code else None,
             )  # fmt: skip
             res = host.wait_line("store", seconds + 90)
@@ -207,6 +208,8 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
             "code": "before" if code else "now", "rate": pmb.commit_rate(res["commits"]),
             "known_lost": st.get("counted_lost", 0), "silent_lost": st.get("silent_lost", 0),
             "received": st.get("events_all_channels", 0), "counters": res["counters"], "rto": res.get("rto"),
+            "bridge_cpu_s": res["bridge_cpu_s"], "committed_in_window": res.get("committed_in_window"),
+            "wall_s": res["wall_s"], "pipeline": pipeline,
             "netem": {d: {k: counts[d][k] for k in ("in", "lost")} for d in ("up", "down")}}  # fmt: skip
 
 
@@ -312,7 +315,8 @@ def main() -> int:
     ap.add_argument("--fleet", type=int, default=1000, help="devices in the fleet run")
     ap.add_argument("--fleet-seconds", type=float, default=10.0)
     ap.add_argument("--before", default="", help="git ref: every leadwire run also with that bridge code")
-    ap.add_argument("--skip", default="", help="comma list of: proxy, session, udp, serial, fleet")
+    ap.add_argument("--skip", default="", help="comma list of: proxy, session, pipeline, udp, serial, fleet")
+    ap.add_argument("--pipeline-rates", default="64:500/2000/20000/100000", help="pipelining A/B, no loss")
     ap.add_argument("--fleet-bridge", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.fleet_bridge:
@@ -331,6 +335,25 @@ def main() -> int:
         tmp = Path(td)
         codes = [pmb.before_tree(a.before, tmp / "before"), None] if a.before else [None]
         lw: dict[str, Any] = {"sizes": [], "ladders": []}
+        if "pipeline" not in skip:
+            # the cost that kept pipelining opt-in: bridge CPU per committed event at low rates, A/B
+            rows = [["size", "offered/s", "pipelined: events/s", "CPU us/event", "POLLs pipelined",
+                     "not pipelined: events/s", "CPU us/event", "on / off: events/s", "CPU"]]  # fmt: skip
+            for size, rs in rates(a.pipeline_rates).items():
+                for hz in rs:
+                    ab = {}
+                    for pipe in (True, False, True, False):  # interleaved, two of each: the better one
+                        r = lw_netem(tmp, "udp", size, hz, 0.0, a.lw_seconds, None, a.seed, pipe)
+                        r["cpu_us"] = 1e6 * r["bridge_cpu_s"] / max(1, r["committed_in_window"] or 0)
+                        if pipe not in ab or r["cpu_us"] < ab[pipe]["cpu_us"]:
+                            ab[pipe] = r
+                    on, off = ab[True], ab[False]
+                    rows.append([str(size), pmb.fmt(hz), pmb.fmt(on["rate"]), "%.1f" % on["cpu_us"],
+                                 pmb.fmt(on["counters"].get("pipelined")), pmb.fmt(off["rate"]),
+                                 "%.1f" % off["cpu_us"], "%.2f" % (on["rate"] / off["rate"]),
+                                 "%.2f" % (on["cpu_us"] / off["cpu_us"])])  # fmt: skip
+            print("\n### pipelined POLLs on / off, clean link (load average now %s)\n" % loadavg())
+            print(pmb.table(rows), flush=True)
         for transport, text in (("udp", a.udp_rates), ("serial", a.serial_rates)):
             if transport in skip:
                 continue
