@@ -365,11 +365,11 @@ def auth_cost(blocks: int = 40, per: int = 200, events: int = PER_ANSWER) -> dic
     work it adds to (decode + CRC of a full 2,047-byte answer of 30 events, encode of the POLL):
     blocks of `per` answers, alternating, medians. Signed adds: signing the POLL (HMAC, CRC again)
     and checking the answer's tag (HMAC over 2 KB)."""
-    from leadwire import auth
+    from leadwire import auth, auth_host
 
     key = os.urandom(32)
     dev = auth.Endpoint(key, auth.TO_HOST)
-    host = auth.Endpoint(key, auth.TO_DEVICE)
+    host = auth_host.HostEndpoint(key)
     dev.live = host.live = 1  # a session (zero contexts): the costs do not depend on its values
     body = messages.encode_records([(1, bytes(PAYLOAD))] * events)
     plain = codec.encode(codec.Frame(3, 1, body))

@@ -59,7 +59,7 @@ def micropython_figures(heap: str = "64K") -> dict[str, int]:
 
 AUTH_SNIPPET = """
 import gc, time
-from leadwire import auth, wire
+from leadwire import auth, auth_host, wire
 from leadwire.ring import EventRing
 ring = EventRing(256, 0xFFFFF000, 64)
 p = bytearray(64)
@@ -69,7 +69,7 @@ n = ring.newest - 30
 buf = bytearray(1420)
 size = ring.answer_into(buf, n >> 16, n & 0xFFFF, 20, 1400)
 dev = auth.Endpoint(bytes(range(32)), auth.TO_HOST)
-host = auth.Endpoint(bytes(range(32)), auth.TO_DEVICE)
+host = auth_host.HostEndpoint(bytes(range(32)))
 host.live = 1
 def one():
     m = dev.sign_into(buf, size)

@@ -323,7 +323,7 @@ def apply_key(cfg: dict[str, Any], key: str | bool | None) -> str | None:
     """Set the auth choice in the device config `cfg` (in place) for start_board(key=...); returns
     the key as hex, or None when auth is off (or the config's own choice is not a valid key: the
     board says so on its console). ValueError (never naming the key) for a bad `key` argument."""
-    from leadwire import auth
+    from leadwire import auth_host as auth
 
     if key is False:  # an unprovisioned board: neither key nor auth (it says so and answers nothing)
         cfg.pop("key", None)

@@ -200,7 +200,7 @@ def check_config(config: Path) -> dict:
 def auth_config(d: dict, key: str | None, new_key: bool, no_auth: bool) -> tuple[dict, str | None]:
     """The device config `d` with the auth choice applied -> (config, the new key's hex if
     --new-key). ClickException (never naming a key) when the choice is missing, twice, or bad."""
-    from leadwire import auth
+    from leadwire import auth_host as auth
 
     if (key is not None) + new_key + no_auth > 1:
         raise click.ClickException("give one of --key, --new-key, --no-auth")

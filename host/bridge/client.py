@@ -48,8 +48,8 @@ from itertools import repeat
 from typing import Any
 
 from leadwire import auth as core_auth
+from leadwire import auth_host, codec, frames, messages, u32, wire
 from leadwire import client as core
-from leadwire import codec, frames, messages, u32, wire
 from leadwire.hold import HoldingPollClient
 from leadwire.lead import LeadTracker
 from leadwire.reassembly import Reassembler
@@ -190,7 +190,7 @@ class DeviceClient:
     ) -> None:
         st = state or ClientState()
         # authentication (issue 6): the host's end of the device's link, None with `auth = false`
-        self.auth = core_auth.Endpoint(cfg.key, core_auth.TO_DEVICE) if cfg.key is not None else None
+        self.auth = auth_host.HostEndpoint(cfg.key) if cfg.key is not None else None
         self._nonce = nonce
         self.dev_key = dev_key
         self.device_id = cfg.id

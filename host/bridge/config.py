@@ -160,7 +160,7 @@ def _str(t: dict[str, Any], key: str, where: str, default: str) -> str:
 def _device_key(d: dict[str, Any], where: str, base: Path | None) -> bytes | None:
     """The device's key from `key` (hex) or `key_file` (a file holding the hex), or None for an
     explicit `auth = false`. Errors name the setting and the problem, never the key or its text."""
-    from leadwire import auth as core_auth
+    from leadwire import auth_host as core_auth
 
     has_key = "key" in d
     has_file = "key_file" in d

@@ -42,8 +42,8 @@ except ImportError:  # pragma: no cover - old MicroPython ports
 
 from leadwire import wire
 from leadwire._compat import const
+from leadwire.wire import AUTH_SIZE  # the trailer of a signed frame: defined once, in wire
 
-AUTH_SIZE = const(8)
 TAG_SIZE = const(6)
 WINDOW = const(16)  # a counter up to this far behind the highest is still accepted, once
 TO_DEVICE = const(0)
@@ -53,14 +53,6 @@ KEY_MAX = const(64)
 
 # what accept() found (besides wire.OK / E_AUTH / E_REPLAY / E_UNSIGNED)
 HINT = const(-1)  # a device's boot HELLO: proof of the key, not of freshness (ask for a HELLO)
-
-
-def parse_key(text):
-    """A key given as hex (32..128 digits: 16..64 bytes) -> bytes; ValueError naming the problem,
-    never the key. (Host side: auth_host.py; a board never loads it.)"""
-    from leadwire import auth_host
-
-    return auth_host.parse_key(text)
 
 
 class Key:
@@ -103,7 +95,9 @@ def _same(buf, at, d):
 
 
 class Endpoint:
-    """One end of an authenticated link: the device's (side TO_HOST) or the host's (TO_DEVICE).
+    """One end of an authenticated link: what both ends do, and the device's end (side TO_HOST).
+    The host's end (side TO_DEVICE) extends it with the HELLO request (a separate module a board
+    never loads, built on this one).
 
     Holds both contexts, the send counter, the receive window and the reject counters; frames are
     signed and checked in place in the caller's buffers.
@@ -122,9 +116,6 @@ class Endpoint:
         self.boot = bytearray(13)  # the device's boot HELLO: (1, E, 0)
         self.boot[0] = TO_HOST
         self.has_old = 0
-        self.prev = None  # host: nonces of unanswered HELLO requests before the last (auth_host)
-        self.asked = 0  # host: a HELLO request is out (its nonce in rx)
-        self.n_prev = 0  # how many of them (the newest first)
         self.old_hi = 0  # the previous session's highest counter
         self.old_lo = 0
         self.send_hi = 0
@@ -273,20 +264,3 @@ class Endpoint:
         _put32(buf, p - 4, 0, 0)
         _put32(self.boot, 1, epoch_hi, epoch_lo)
         return self._sign(buf, n, self.boot, 0, 0, 0)
-
-    # -- the host's end: auth_host.py (a board never loads it) ------------------------------------
-
-    def host_sign_hello(self, buf, n):
-        """Sign the HELLO request in buf[:n] (its seq is the nonce H, fresh for each request; the
-        host must draw it at random) in the zero context; the answer is expected under H."""
-        from leadwire import auth_host
-
-        return auth_host.sign_hello(self, buf, n)
-
-    def host_hello(self, buf, n):
-        """A device's HELLO in buf[:n] (wire.check passed). wire.OK: the answer to our request
-        (a new session: sign_into may be used now); HINT: a boot HELLO (right key, session 0:
-        start a handshake); E_UNSIGNED / E_AUTH / E_REPLAY (counted)."""
-        from leadwire import auth_host
-
-        return auth_host.hello(self, buf, n)

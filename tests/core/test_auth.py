@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leadwire import auth, codec, messages, wire
+from leadwire import auth, auth_host, codec, messages, wire
 
 ROOT = Path(__file__).parents[2]
 KEY = bytes(range(1, 33))
@@ -44,7 +44,7 @@ class Pair:
     def __init__(self, epoch: int = 0x01020304, key: bytes = KEY) -> None:
         self.epoch = epoch
         self.dev = auth.Endpoint(key, auth.TO_HOST)
-        self.host = auth.Endpoint(key, auth.TO_DEVICE)
+        self.host = auth_host.HostEndpoint(key)
         self.nonce = 100
 
     def sign(self, ep: auth.Endpoint, frame: codec.Frame) -> bytes:
@@ -216,10 +216,10 @@ def test_a_reboot_makes_every_frame_of_the_old_boot_useless() -> None:
 )  # fmt: skip
 def test_parse_key(text: str, ok: bool) -> None:
     if ok:
-        assert auth.parse_key(text) == bytes.fromhex(text)
+        assert auth_host.parse_key(text) == bytes.fromhex(text)
     else:
         with pytest.raises(ValueError) as e:
-            auth.parse_key(text)
+            auth_host.parse_key(text)
         assert text not in str(e.value) or not text
 
 
@@ -228,3 +228,16 @@ def test_a_key_never_shows_in_repr() -> None:
     for obj in (p.dev, p.dev.key, p.host):
         assert "c0ffee" not in repr(obj)
         assert "c0ffee" not in str(vars(obj) if hasattr(obj, "__dict__") else "")
+
+
+def test_the_split_is_one_way_and_the_device_end_carries_no_host_state() -> None:
+    """auth.py (loaded by boards) neither imports nor names a host module; its Endpoint has none of
+    the host's HELLO-request state; the host's end is a subclass in auth_host.py."""
+    src = (Path(auth.__file__)).read_text()
+    assert "auth_host" not in src and "parse_key" not in src
+    dev = auth.Endpoint(KEY, auth.TO_HOST)
+    assert not {"prev", "asked", "n_prev"} & set(vars(dev))
+    assert not hasattr(dev, "host_hello") and not hasattr(dev, "host_sign_hello")
+    host = auth_host.HostEndpoint(KEY)
+    assert isinstance(host, auth.Endpoint) and host.side == auth.TO_DEVICE and len(host.prev) == 16
+    assert auth.AUTH_SIZE is wire.AUTH_SIZE == 8

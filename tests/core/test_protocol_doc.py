@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from leadwire import auth, codec, frames, framing, messages, ring, wire
+from leadwire import auth, auth_host, codec, frames, framing, messages, ring, wire
 
 ROOT = Path(__file__).parents[2]
 DOC = (ROOT / "docs" / "protocol.md").read_text()
@@ -91,7 +91,7 @@ def expected() -> dict[str, bytes]:
         "cobs": framing.encode(no_event),
     }
     # the signed ones: a whole handshake between the core's two ends
-    host = auth.Endpoint(KEY, auth.TO_DEVICE)
+    host = auth_host.HostEndpoint(KEY)
     dev = auth.Endpoint(KEY, auth.TO_HOST)
     req = _signed(codec.Frame(wire.HELLO, H, b"", message_id=1), host.host_sign_hello)
     assert dev.device_hello(bytearray(req), len(req), E >> 16, E & 0xFFFF) == wire.OK

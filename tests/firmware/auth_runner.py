@@ -11,7 +11,7 @@ import lwauth
 from core_runner import _steady
 from lwagent import Agent
 
-from leadwire import auth, wire
+from leadwire import auth, auth_host, wire
 from leadwire import device as dv
 from leadwire.framing import StreamDecoder
 from leadwire.ring import EventRing
@@ -70,7 +70,7 @@ ring = EventRing(256, None, 16, 0x12345678)
 sample = bytearray(16)
 A = lwauth.link(auth.Key(KEY), 0x1234, 0x5678)  # as main.py makes it (lwauth.setup)
 dev = A[7]
-host = auth.Endpoint(KEY, auth.TO_DEVICE)
+host = auth_host.HostEndpoint(KEY)
 Lp = link(None)  # auth off
 La = link(A)  # auth on
 ag = Agent(K, ring, [[1, 1000, 16, 0, 0, sample]], [], Board)

@@ -1,5 +1,5 @@
 """A small host-side client for boards with authentication on (issue 6): the host's end of the link
-is an auth.Endpoint(key, TO_DEVICE) from the core, frames go over the HIL links (UDP or serial)
+is an auth_host.HostEndpoint(key) from the core, frames go over the HIL links (UDP or serial)
 as bytes. Not the bridge: the tests see every signed byte, and can resend, forge or hold frames.
 """
 
@@ -9,7 +9,7 @@ import copy
 import os
 import time
 
-from leadwire import auth, codec, messages, wire
+from leadwire import auth, auth_host, codec, messages, wire
 from leadwire.codec import Frame
 
 from ..hil.client import Link
@@ -20,7 +20,7 @@ POLL_ANSWERS = (wire.EVENTS, wire.NO_EVENT, wire.RECOVERY)
 class AuthClient:
     def __init__(self, link: Link, key: bytes | str) -> None:
         self.link = link
-        self.ep = auth.Endpoint(bytes.fromhex(key) if isinstance(key, str) else key, auth.TO_DEVICE)
+        self.ep = auth_host.HostEndpoint(bytes.fromhex(key) if isinstance(key, str) else key)
         self.tag = 0
         self.rejected: list[int] = []  # what our endpoint refused of the board's frames (codes)
         self.raw: list[bytes] = []  # every frame received that verified, as it came

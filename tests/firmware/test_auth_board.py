@@ -1,5 +1,5 @@
 """Authentication on real virtual boards (issue 6): the firmware on MicroPython, driven by a small
-CPython client whose end of the link is the core's auth.Endpoint(key, TO_DEVICE) (authclient.py).
+CPython client whose end of the link is the core's auth_host.HostEndpoint(key) (authclient.py).
 
 Host -> device: forged, wrong-key, unsigned, replayed (poll, SUBSCRIBE, ACK: the same bytes sent
 again), old-session and old-boot frames are refused, not answered, and counted in the board's
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from leadwire import auth, codec, messages, wire
+from leadwire import auth, auth_host, codec, messages, wire
 from leadwire.tools.board import BoardError, start_board
 
 from ..hil.client import SerialLink, UdpLink
@@ -120,7 +120,7 @@ def test_every_refused_frame_is_counted_exactly(tmp_path: Path) -> None:
             _none_of(c, POLL_ANSWERS)
             want["auth_forged"] += 1
             # wrong key: a HELLO request, and a poll in the right session and counter
-            c.send(c.hello_request(auth.Endpoint(OTHER_KEY, auth.TO_DEVICE)))
+            c.send(c.hello_request(auth_host.HostEndpoint(OTHER_KEY)))
             _none_of(c, (wire.HELLO,))
             c.send(c.sign(_poll(c), c.with_key(OTHER_KEY)))
             _none_of(c, POLL_ANSWERS)
@@ -205,7 +205,7 @@ def test_a_new_boot_answers_a_refused_poll_with_its_boot_hello_rate_limited(tmp_
         b.restart()
         assert b.address is not None
         c = AuthClient(UdpLink(b.address), b.key)
-        c.ep = auth.Endpoint(bytes.fromhex(b.key), auth.TO_DEVICE)
+        c.ep = auth_host.HostEndpoint(bytes.fromhex(b.key))
         try:
             c.quiet(0.3)  # nothing is owed to us yet
             t0 = time.monotonic()
@@ -339,7 +339,7 @@ def test_a_key_given_by_the_launcher_is_used_and_kept_across_reboots(tmp_path: P
         try:
             assert c.handshake().session == 1
             b.restart()  # same flash: the same key
-            c.ep = auth.Endpoint(bytes.fromhex(key), auth.TO_DEVICE)
+            c.ep = auth_host.HostEndpoint(bytes.fromhex(key))
             h = c.handshake()
             assert (h.session, h.boots) == (1, 2)
         finally:

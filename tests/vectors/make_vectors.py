@@ -16,7 +16,7 @@ from pathlib import Path
 import crcmod.predefined
 from cobs import cobs
 
-from leadwire import auth, codec, frames, messages, wire
+from leadwire import auth, auth_host, codec, frames, messages, wire
 from leadwire.lead import LeadTracker
 from leadwire.ring import EventRing
 
@@ -221,7 +221,7 @@ def auth_vectors() -> list[dict]:
         out.append({"kind": "tag", "key": key.hex(), "ctx": ctx.hex(), "data": data.hex(), "tag": tag.hex()})
     key = bytes(range(1, 33))
     epoch = 0x8000FFFE
-    dev, host = auth.Endpoint(key, auth.TO_HOST), auth.Endpoint(key, auth.TO_DEVICE)
+    dev, host = auth.Endpoint(key, auth.TO_HOST), auth_host.HostEndpoint(key)
     hello = messages.Hello(epoch, 256, 16, 1024, 7, "vec-1", "0.1.0", "unix", session=0)
 
     def signed(frame: codec.Frame, how: str, ep: auth.Endpoint) -> bytes:
@@ -275,7 +275,7 @@ def auth_vectors() -> list[dict]:
     wire.seal(forged, len(forged) - wire.OVERHEAD)
     send(bytes(forged), "host", "forged answer (payload changed, CRC right)")
     send(codec.encode(messages.poll_frame(9, 10)), "device", "unsigned poll")
-    wrong = auth.Endpoint(bytes(32), auth.TO_DEVICE)
+    wrong = auth_host.HostEndpoint(bytes(32))
     wrong.send_lo = 9
     send(signed(messages.poll_frame(9, 10), "data", wrong), "device", "wrong key")
     req2 = codec.Frame(wire.HELLO, 0x0BADCAFE, b"", message_id=4)
