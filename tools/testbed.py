@@ -562,10 +562,6 @@ class Testbed(contextlib.ExitStack):
                 return False
             time.sleep(every)
 
-    def store(self, db: Path | None = None) -> StoreReader | None:
-        """A read-only reader of the store (None before the bridge has created it)."""
-        return StoreReader.open(db or self.out / "store.db")
-
     @staticmethod
     def drained(db: Path, last: dict[str, Any], done: set[str]) -> set[str]:
         """Add to `done` the devices whose last event the store has: device id -> its offset n (the
