@@ -24,6 +24,12 @@ Phases (one run, one machine):
    device achieved, timeouts, p99 latency, bridge and simulator CPU.
 5. Adaptive polling, in virtual time (sans-I/O client + simulated ring, deterministic): bursty
    traffic against fixed intervals and against the adaptive policy: polls sent and events lost.
+6. Durable ACKs (issue 16, ``--only durable``): the live ingest of 3. with push sessions beside it
+   (simulated devices in this process, 3 channels each, a new report as soon as the last one is
+   confirmed), ``[store] synchronous = "normal"`` (the old default: a power loss can lose ACKed
+   reports) and ``"full"`` (the default: every commit fsynced before its ACKs go out) run in turn,
+   interleaved per repetition: events/s and generation -> commit latency, and the ACK latency the
+   devices see (report sent -> its ACK received) p50/p99, with the ratios full / normal.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from leadwire import codec, messages
+from leadwire import codec, messages, wire
 from leadwire.bridge import logs
 from leadwire.bridge.client import DeviceClient
 from leadwire.bridge.config import DeviceConfig, PollConfig, parse
@@ -51,7 +57,7 @@ from leadwire.bridge.store import SEG_EVENT, Batch, Store, drain
 from leadwire.bridge.writer import StoreProcess
 from leadwire.tools.fleetsim import Fleet
 from leadwire.tools.procstat import cpu_seconds
-from leadwire.tools.simdevice import SimCore, VirtualRing, raise_nofile
+from leadwire.tools.simdevice import SimCore, SimFleet, VirtualRing, raise_nofile
 
 ROW_BATCH = 10_000
 PAYLOAD = 64  # bytes per event: 16 (generation time, device, number) + 48 of padding
@@ -295,15 +301,20 @@ async def live(
     seconds: float,
     commit: float,
     writer: str = "process",
+    sync: str = "",
+    pushers: SimFleet | None = None,
 ) -> dict[str, Any]:
     doc = {
         "bridge": {"id": "bench", "metrics": ""},
         "store": {"path": fresh(tmp / (name + ".db")), "commit_interval": commit,
-                  **({"writer": writer} if writer != "process" else {})},
+                  **({"writer": writer} if writer != "process" else {}),
+                  **({"synchronous": sync} if sync else {})},
         "polling": polling,
             "device": [{"id": d["id"], "udp": d["udp"], "timestamp": "prefix_us",
                     **({"key": d["key"]} if "key" in d else {"auth": False})} for d in fleet.devices],
     }  # fmt: skip
+    if pushers is not None:
+        doc["device"] += [{**d, "subscribe": [1, 2, 3]} for d in pushers.describe()]  # type: ignore[operator]
     b = Bridge(parse(doc), logs.setup("error"), keep_latencies=True)
     await b.start()
     signed = all(c.auth is not None for c in b.clients.values())
@@ -317,6 +328,7 @@ async def live(
     e0 = b.events_committed
     rt0, to0, p0, lost0 = totals()
     lat0 = len(b.latencies_us)
+    acks0 = [len(c.ack_s) for c in pushers.cores] if pushers is not None else []  # type: ignore[attr-defined]
     wpid = b.store.proc.pid if isinstance(b.store, StoreProcess) else None
     cpu0 = time.process_time()
     w0 = cpu_seconds(wpid) or 0.0
@@ -330,6 +342,10 @@ async def live(
     events = b.events_committed - e0
     rt1, to1, p1, lost1 = totals()
     lat = list(b.latencies_us[lat0:])
+    ack_us: list[int] = []
+    if pushers is not None:
+        for c, k in zip(pushers.cores, acks0, strict=True):
+            ack_us.extend(int(v * 1e6) for v in c.ack_s[k:])  # type: ignore[attr-defined]
     await b.stop()
     n = max(1, len(b.clients))
     cs = b.clients.values()
@@ -357,7 +373,49 @@ async def live(
         "events_per_total_cpu_s": events / max(1e-9, cpu + wcpu),
         "round_trips_per_bridge_cpu_s": (rt1 - rt0) / max(1e-9, cpu),
         "sim_cpu_percent": 100.0 * sim / dt,
+        "acks_per_s": len(ack_us) / dt,
+        "ack_p50_ms": pct(ack_us, 0.50),
+        "ack_p99_ms": pct(ack_us, 0.99),
+        "commits_per_s": b.commits / max(1e-9, dt + warmup),
     }
+
+
+class AckTimedCore(SimCore):
+    """A simulated device that times each report from its first send to the ACK that confirms it."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        self.ack_s: list[float] = []
+        self._sent: dict[int, float] = {}
+        super().__init__(*a, **kw)
+
+    def report_tick(self, now_s: float, ack_timeout: float = 0.5, t_us: int | None = None) -> list[bytes]:
+        out = super().report_tick(now_s, ack_timeout, t_us)
+        t = time.perf_counter()
+        for ch in self.pending:
+            self._sent.setdefault(ch, t)  # a retransmission keeps the first send's time
+        return out
+
+    def _handle(self, f: codec.Frame) -> list[bytes]:
+        if f.type == wire.ACK:
+            rs = self.sessions.get(f.channel)
+            if rs is not None and rs.pending is not None and messages.decode_ack(f)[0] == rs.number:
+                t = self._sent.pop(f.channel, None)
+                if t is not None:
+                    self.ack_s.append(time.perf_counter() - t)
+        return super()._handle(f)
+
+
+async def durable_run(
+    tmp: Path, fleet: Fleet, sync: str, seconds: float, pushers: int, polling: dict[str, Any]
+) -> dict[str, Any]:
+    """Phase 6: one live ingest with `pushers` push-session devices beside it, one sync mode."""
+    push = SimFleet(pushers, rate=0.0, channels=3, ack_timeout=1.0)
+    push.cores = [AckTimedCore(1_000_000 + i, channels=3) for i in range(pushers)]  # ids apart from the Fleet
+    await push.start()
+    try:
+        return await live(tmp, "durable", fleet, polling, 2.0, seconds, 0.05, "process", sync, push)
+    finally:
+        await push.stop()
 
 
 def auth_cost(blocks: int = 40, per: int = 200, events: int = PER_ANSWER) -> dict[str, float]:
@@ -477,11 +535,104 @@ def show(rs: list[dict[str, Any]], key: str, fmt: str = "%.0f") -> str:
     return m if len(rs) == 1 else "%s (runs: %s)" % (m, ", ".join(fmt % r[key] for r in rs))
 
 
+def commit_cost(tmp: Path, commits: int = 200, rows: int = 500) -> dict[str, float]:
+    """Store.write alone, synchronous = normal vs full, interleaved commit by commit: the time of one
+    commit of `rows` events and 100 devices rows (10,000 ev/s in a 50 ms commit), medians and p99."""
+    data = bytes(PAYLOAD)
+    now = time.time_ns() // 1000
+    offs = order(rows * commits)
+    stores: dict[str, tuple[Store, dict[int, int], list[tuple[Any, ...]]]] = {}
+    for sync in ("normal", "full"):
+        st = Store(fresh(tmp / ("commit-%s.db" % sync)), "bench", checkpoints=True, synchronous=sync)
+        keys = {d: st.register("bench-%d" % d, "sim", "-")[0] for d in range(1, 101)}
+        stores[sync] = (st, keys, [(0, 1, 7, 1, None, 0, 0, 0, "", "", "", "{}", k) for k in keys.values()])
+    times: dict[str, list[int]] = {s: [] for s in stores}
+    for c in range(commits):
+        for sync, (st, keys, snaps) in stores.items():
+            part = [(keys[d], i + 1, 7, 1, 1 + i % 3, off, 1, 0, 3, now, now, data)
+                    for i, (d, off) in enumerate(offs[c * rows : (c + 1) * rows], c * rows)]  # fmt: skip
+            b = Batch(segments=[(SEG_EVENT, part)], devices=snaps, commit_us=now, arrivals=rows, events=rows)
+            t0 = time.perf_counter_ns()
+            st.write(b)
+            times[sync].append((time.perf_counter_ns() - t0) // 1000)
+    for st, _, _ in stores.values():
+        st.close()
+    qs = (("p50", 0.5), ("p99", 0.99))
+    return {"%s_%s_ms" % (s, q): pct(v, x) for s, v in times.items() for q, x in qs}
+
+
+def durable_phase(args: argparse.Namespace) -> dict[str, Any]:
+    """Phase 6: synchronous = normal vs full side by side (interleaved per repetition), at each
+    offered rate of --durable-rates (one below what the bridge commits, one above: saturated)."""
+    polling = {"batch": 255, "max_bytes": 2047, "interval": 0.02, "interval_min": 0.002, "interval_max": 0.1,
+               "timeout": 0.5}  # fmt: skip
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as td:
+        cc = out["commit"] = commit_cost(Path(td))
+    print(
+        "durable ACKs: one Store.write of 500 events + 100 devices rows, interleaved (200 each): synchronous"
+        " = normal p50 %.2f ms p99 %.2f ms, full p50 %.2f ms p99 %.2f ms (the fsync: +%.2f ms p50), load %s"
+        % (cc["normal_p50_ms"], cc["normal_p99_ms"], cc["full_p50_ms"], cc["full_p99_ms"],
+           cc["full_p50_ms"] - cc["normal_p50_ms"], loadavg()),
+        flush=True,
+    )  # fmt: skip
+    for rate in [float(x) for x in args.durable_rates.split(",")]:
+        runs: dict[str, list[dict[str, Any]]] = {"normal": [], "full": []}
+        with tempfile.TemporaryDirectory() as td:
+            for _ in range(args.repeat):
+                for sync in ("normal", "full"):
+                    with Fleet(args.durable_devices, rate, capacity=16384, payload=PAYLOAD) as fleet:
+                        r = asyncio.run(
+                            durable_run(Path(td), fleet, sync, args.seconds, args.durable_pushers, polling)
+                        )
+                    r["load"] = loadavg()
+                    runs[sync].append(r)
+                    print(
+                        "  durable run (%.0f ev/s offered, synchronous = %s): %.0f events/s, %.0f ACKs/s, ACK"
+                        " p50 %.1f p99 %.1f ms, load %s"
+                        % (args.durable_devices * rate, sync, r["events_per_s"], r["acks_per_s"],
+                           r["ack_p50_ms"], r["ack_p99_ms"], r["load"]),
+                        flush=True,
+                    )  # fmt: skip
+        print(
+            "durable ACKs: %d devices x %.0f ev/s of %d B polled (%.0f/s offered) + %d devices with push"
+            " sessions (3 channels), commit_interval 50 ms, writer process:"
+            % (args.durable_devices, rate, PAYLOAD, args.durable_devices * rate, args.durable_pushers)
+        )
+        for sync, rs in runs.items():
+            print(
+                "  synchronous = %-6s %s events/s (p50 %s / p99 %s ms generation -> commit); ACKs %s/s,"
+                " ACK latency p50 %s ms, p99 %s ms; writer CPU %s%%"
+                % (sync, show(rs, "events_per_s"), show(rs, "latency_p50_ms", "%.1f"),
+                   show(rs, "latency_p99_ms", "%.1f"), show(rs, "acks_per_s"), show(rs, "ack_p50_ms", "%.1f"),
+                   show(rs, "ack_p99_ms", "%.1f"), show(rs, "writer_cpu_percent"))
+            )  # fmt: skip
+        o: dict[str, Any] = {"runs": runs}
+        keys = ("events_per_s", "acks_per_s", "ack_p50_ms", "ack_p99_ms", "latency_p50_ms", "latency_p99_ms")
+        for k in keys:
+            o["full_vs_normal_" + k] = statistics.median(
+                [f[k] / n[k] for f, n in zip(runs["full"], runs["normal"], strict=True)]
+            )
+        print(
+            "  ratio full / normal: events/s %.2f, ACKs/s %.2f, ACK p50 %.2f, ACK p99 %.2f, commit latency"
+            " p50 %.2f, p99 %.2f"
+            % tuple(o["full_vs_normal_" + k] for k in keys),
+            flush=True,
+        )  # fmt: skip
+        out["%.0f" % rate] = o
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="run every measured phase this many times: medians")
-    ap.add_argument("--only", default="sqlite,pipeline,ingest,fleet,authcost,adaptive", help="phases to run")
+    ap.add_argument("--only", default="sqlite,pipeline,ingest,fleet,authcost,adaptive,durable",
+                    help="phases to run")
+    ap.add_argument("--durable-devices", type=int, default=100, help="polled devices in the durable phase")
+    ap.add_argument("--durable-rates", default="100,1500",
+                    help="events/s per device in the durable phase, one run pair per rate")
+    ap.add_argument("--durable-pushers", type=int, default=20, help="push-session devices (3 channels each)")
     ap.add_argument("--ingest-devices", type=int, default=100)
     ap.add_argument("--ingest-rate", type=float, default=1500.0, help="events/s per device in the ingest run")
     ap.add_argument("--fleet-devices", type=int, default=1000)
@@ -785,6 +936,8 @@ def main() -> int:
                 "  %-20s polls %6d (%6.1f/s)  lost %6d of %d"
                 % (r["policy"], r["polls"], r["polls_per_s"], r["lost"], r["generated"])
             )
+    if "durable" in only:
+        res["durable"] = durable_phase(args)
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
     return 0
