@@ -206,34 +206,7 @@ def print_summary(
                     h.get("bad_frames"),
                 )
             )
-    tot = netem_totals(snaps)
-    w("\nnetem injected (seeded):\n")
-    for key, t in sorted(tot.items()):
-        if key.startswith("udp"):
-            w(
-                "  %-11s %7d datagrams: lost %d, duplicated %d, held %d (%d overtaken), corrupted %d\n"
-                % (
-                    key.replace("_", " "),
-                    t.get("in", 0),
-                    t.get("lost", 0),
-                    t.get("duplicated", 0),
-                    t.get("held", 0),
-                    t.get("reordered", 0),
-                    t.get("corrupted_out", 0),
-                )
-            )
-        else:
-            w(
-                "  %-11s %7d bytes: %d loss runs (%d bytes), %d frames duplicated, %d held back\n"
-                % (
-                    key.replace("_", " "),
-                    t.get("in_bytes", 0),
-                    t.get("loss_runs", 0),
-                    t.get("lost_bytes", 0),
-                    t.get("duplicated", 0),
-                    t.get("held", 0),
-                )
-            )
+    w("\nnetem injected (seeded):\n" + netem_lines(snaps))
     w("\nchecks:\n")
     for name, ok, text in self.outcome.checks:
         w("  %s %s: %s\n" % ({True: "PASS", False: "FAIL", None: "SKIP"}[ok], name, text))
@@ -250,3 +223,19 @@ def print_summary(
         )
     )
     self.stdout.flush()
+
+
+def netem_lines(snaps: list[tuple[str, str, dict[str, Any]]]) -> str:
+    """What netem did, per link kind and direction (seeded: the same run, the same counts)."""
+    out = []
+    for key, t in sorted(netem_totals(snaps).items()):
+        g = t.get
+        if key.startswith("udp"):
+            out.append("  %-11s %7d datagrams: lost %d, duplicated %d, held %d (%d overtaken), corrupted %d\n"
+                       % (key.replace("_", " "), g("in", 0), g("lost", 0), g("duplicated", 0), g("held", 0),
+                          g("reordered", 0), g("corrupted_out", 0)))  # fmt: skip
+        else:
+            out.append("  %-11s %7d bytes: %d loss runs (%d bytes), %d frames duplicated, %d held back\n"
+                       % (key.replace("_", " "), g("in_bytes", 0), g("loss_runs", 0), g("lost_bytes", 0),
+                          g("duplicated", 0), g("held", 0)))  # fmt: skip
+    return "".join(out)
