@@ -5,14 +5,16 @@ overruns (leadwire.fleet.synth), runs the Spark job (tables, no HTML report) and
 (same tables, in memory), and prints both times, the ratio, whether every table is equal, and
 whether the Spark summary matches the injected ground truth.
 
-    .venv/bin/python bench/fleet_bench.py                 # 1M and 10M rows
-    .venv/bin/python bench/fleet_bench.py --rows 1000000  # one size
+    .venv/bin/python bench/fleet_bench.py                         # 1M and 10M rows
+    .venv/bin/python bench/fleet_bench.py --rows 250000 1000000   # demo size and 1M
+    .venv/bin/python bench/fleet_bench.py --adaptive              # the same with AQE on
 
-JVM start-up is timed separately and not included in the Spark time. The Spark time includes
-reading the export, every table collected to the driver and written as Parquet + CSV (no HTML
-report); the DuckDB time includes reading the export and building the same tables in memory. The
-machine's 1-minute load average is printed next to each time: on a shared machine the absolute
-times move with it, the ratio less.
+JVM start-up is timed separately (printed beside) and not included in the Spark time. The Spark
+time is the job after session start: reading the export, the row-scale tables written by the
+executors, the small ones collected and written by the driver (no HTML report); the DuckDB time
+includes reading the export and building the same tables in memory. The machine's 1-minute load
+average is printed next to each time: on a shared machine the absolute times move with it, the
+ratio less. Time per million rows is printed for the linearity check (10M vs 30M).
 """
 
 from __future__ import annotations
@@ -24,10 +26,8 @@ import sys
 import time
 from typing import Any
 
-import pandas as pd
-
 from leadwire.fleet.job import TABLE_ORDER, build_session, run_job
-from leadwire.fleet.oracle import compare_tables, run_oracle
+from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
 from leadwire.fleet.synth import SynthConfig, generate, write_export
 
 TRUTH_KEYS = {  # summary column -> ground-truth key
@@ -70,7 +70,7 @@ def one(rows: int, out: str, spark: Any, threads: int) -> dict[str, Any]:
     duck_load = os.getloadavg()[0]
     print("[bench] duckdb oracle %.1fs (load average %.1f)" % (duck_s, duck_load), flush=True)
 
-    got = {n: pd.read_parquet(os.path.join(result, "parquet", n + ".parquet")) for n in TABLE_ORDER}
+    got = read_job_tables(result, TABLE_ORDER)
     diffs = compare_tables(got, want, TABLE_ORDER)
     truth_diffs = [
         "%s: spark %s, truth %s" % (k, summary[k], truth.totals[v])
@@ -98,14 +98,23 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "fleet"))
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--threads", type=int, default=2, help="DuckDB threads (match the Spark cores)")
-    ap.add_argument("--shuffle-partitions", type=int, default=4)
+    ap.add_argument("--shuffle-partitions", type=int, default=None, help="default: the job's (2 x cores)")
+    ap.add_argument("--adaptive", action="store_true", help="AQE on (the job's local default: off)")
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--keep", action="store_true", help="keep the generated export and Spark output")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t = time.monotonic()
-    spark = build_session(a.master, a.shuffle_partitions, a.driver_memory, app_name="leadwire-fleet-bench")
-    print("[bench] spark session (%s) started in %.1fs" % (a.master, time.monotonic() - t), flush=True)
+    spark = build_session(
+        a.master,
+        a.shuffle_partitions,
+        a.driver_memory,
+        app_name="leadwire-fleet-bench",
+        adaptive=a.adaptive or None,
+        extra={"spark.sql.adaptive.enabled": "true"} if a.adaptive else None,
+    )
+    jvm_s = time.monotonic() - t
+    print("[bench] spark session (%s) started in %.1fs" % (a.master, jvm_s), flush=True)
     results = []
     try:
         for n in a.rows:
@@ -117,13 +126,17 @@ def main() -> int:
         spark.stop()
     print()
     print(
-        "%12s %10s %10s %8s %7s %7s %11s"
-        % ("rows", "spark s", "duckdb s", "ratio", "equal", "truth", "load s/d")
+        "JVM start %.1fs (not in the Spark times); AQE %s; shuffle partitions %s"
+        % (jvm_s, "on" if a.adaptive else "off", a.shuffle_partitions or "2 x cores")
+    )
+    print(
+        "%12s %10s %10s %8s %7s %7s %11s %12s"
+        % ("rows", "spark s", "duckdb s", "ratio", "equal", "truth", "load s/d", "spark s/1M")
     )
     ok = True
     for r in results:
         print(
-            "%12d %10.1f %10.1f %8.2f %7s %7s %5.1f/%-5.1f"
+            "%12d %10.1f %10.1f %8.2f %7s %7s %5.1f/%-5.1f %12.2f"
             % (
                 r["rows"],
                 r["spark_s"],
@@ -133,6 +146,7 @@ def main() -> int:
                 "yes" if r["truth_ok"] else "NO",
                 r["spark_load"],
                 r["duck_load"],
+                r["spark_s"] / r["rows"] * 1e6,
             )
         )
         for d in r["diffs"][:20] + r["truth_diffs"]:

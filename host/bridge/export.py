@@ -2,17 +2,21 @@
 
 Layout under ``--out DIR`` (schemas: :mod:`leadwire.fleet.schema`)::
 
-    arrivals/date=YYYY-MM-DD/part-<bridge>-<chunk>.parquet   rows of arrival ids [chunk*C, (chunk+1)*C)
+    arrivals/date=YYYY-MM-DD/part-<bridge>-<chunk>-<first id>.parquet
+                                 arrival ids [first id, end) within [chunk*C, (chunk+1)*C)
     losses/date=YYYY-MM-DD/part-<bridge>.parquet
     boots/date=YYYY-MM-DD/part-<bridge>.parquet
     _leadwire_export/<bridge>.json                           the last arrival id exported
 
-Idempotent by construction: every file is a pure function of the store and its name, written to a
-temporary name and renamed over the old one. A re-export rewrites the same files (the arrival
-chunks from the last exported one on; all of ``losses`` and ``boots``, which are small and whose
-rows change when a recovery ends), so no row is ever written twice, and a crash mid-export leaves
-old complete files or new complete files, never a duplicate. Shards (one store per bridge) write
-distinct file names into the same directory.
+Arrival files are published once and never rewritten: each export writes the rows after the last
+exported id into NEW files (named by their first id), each written to a temporary name and then
+renamed into place, and records the last id only after that. A reader (a fleet job) that listed
+a file can always read it whole, and no row is written twice. A re-export with nothing new writes
+no arrival file; `since` only limits what a fresh export writes (ids already exported are never
+written again). ``losses`` and ``boots`` are small and their rows change when a recovery ends, so
+they are rewritten whole (write, then rename over the old file: a reader holding the old one keeps
+reading it; one that lists after the rename reads the new one). Shards (one store per bridge)
+write distinct file names into the same directory.
 """
 
 from __future__ import annotations
@@ -135,17 +139,18 @@ def _export(
     conn.execute("BEGIN")  # one snapshot of the store for the whole export
     counts = {"arrivals": 0, "losses": 0, "boots": 0}
     max_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM arrivals").fetchone()[0]
-    first_chunk = int(state.get("arrivals_max_id", 0)) // CHUNK
+    lo_id = int(state.get("arrivals_max_id", -1)) + 1  # ids up to the recorded one are published
     if since_us is not None:
         lo = conn.execute("SELECT MIN(id) FROM arrivals WHERE rx_us >= ?", (since_us,)).fetchone()[0]
-        first_chunk = (lo // CHUNK) if lo is not None else max_id // CHUNK + 1
-    for chunk in range(first_chunk, max_id // CHUNK + 1):
-        rows = conn.execute(_ARRIVALS_SQL, (chunk * CHUNK, (chunk + 1) * CHUNK)).fetchall()
+        lo_id = max(lo_id, lo if lo is not None else max_id + 1)
+    for chunk in range(lo_id // CHUNK, max_id // CHUNK + 1):
+        first = max(lo_id, chunk * CHUNK)
+        rows = conn.execute(_ARRIVALS_SQL, (first, (chunk + 1) * CHUNK)).fetchall()
         for day, rs in sorted(_by_day(rows, 16).items()):
             if since_day is not None and day < since_day:
                 continue
             _write(_arrival_table(rs, bridge_id), out / "arrivals" / ("%s=%s" % (PARTITION_COLUMN, day))
-                   / ("part-%s-%06d.parquet" % (tag, chunk)))  # fmt: skip
+                   / ("part-%s-%06d-%012d.parquet" % (tag, chunk, first)))  # fmt: skip
             counts["arrivals"] += len(rs)
     # losses and boots: small, and loss rows change when a recovery ends -> rewritten whole
     losses = conn.execute(_LOSSES_SQL).fetchall()
