@@ -17,11 +17,14 @@ and writes bench/out/chaos/result.json. Exit status 1 if the checker finds anyth
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import click
 
 from leadwire.tools.chaos import ChaosOptions, default_boards, report, run
 
@@ -67,17 +70,20 @@ def record_cost() -> tuple[float, float]:
     return statistics.median(x[0] for x in pairs), statistics.median(x[1] for x in pairs)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="100,000 events instead of 1,000,000")
-    ap.add_argument("--events", type=int, default=0, help="events to generate (default 1M, --quick 100k)")
-    ap.add_argument("--boards", type=int, default=4)
-    ap.add_argument("--hz", type=int, default=600, help="sensor rate of a UDP board")
-    ap.add_argument("--serial-hz", type=int, default=200, help="sensor rate of a serial board")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--no-auth", action="store_true", help="auth = false (default: a key per board)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "chaos"))
-    a = ap.parse_args()
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--quick", is_flag=True, help="100,000 events instead of 1,000,000")
+@click.option("--events", type=int, default=0, help="events to generate (default 1M, --quick 100k)")
+@click.option("--boards", type=int, default=4, show_default=True)
+@click.option("--hz", type=int, default=600, show_default=True, help="sensor rate of a UDP board")
+@click.option("--serial-hz", type=int, default=200, show_default=True, help="sensor rate of a serial board")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--no-auth", is_flag=True, help="auth = false (default: a key per board)")
+@click.option("--out", default=str(ROOT / "bench" / "out" / "chaos"), show_default=True)
+def main(**kw: Any) -> None:
+    sys.exit(bench(SimpleNamespace(**kw)))
+
+
+def bench(a: Any) -> int:
     events = a.events or (100_000 if a.quick else 1_000_000)
     boards = default_boards(a.boards, a.hz)
     for i, b in enumerate(boards):
@@ -145,4 +151,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -30,7 +30,6 @@ Everything the bench starts (boards, netem, raw senders) is stopped before it ex
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -48,13 +47,16 @@ import threading
 import time
 import tty
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "bench" / "peer_mqtt")]
 
 from lw_host import account  # noqa: E402  (the store's accounting: counted vs silent loss)
-from peer_mqtt_bench import Proc, cpu_seconds, fmt, table, tool  # noqa: E402
+from peer_mqtt_bench import Proc, fmt, table  # noqa: E402
 
 from leadwire import codec, framing, messages, wire  # noqa: E402
 from leadwire.bridge import logs  # noqa: E402
@@ -64,6 +66,8 @@ from leadwire.bridge.store_reader import StoreReader  # noqa: E402
 from leadwire.ring import EventRing  # noqa: E402
 from leadwire.tools.board import BoardError, start_board  # noqa: E402
 from leadwire.tools.firmware_build import build  # noqa: E402
+from leadwire.tools.procstat import cpu_seconds  # noqa: E402
+from leadwire.tools.testbed import tool  # noqa: E402
 
 EVENT = 64  # event payload bytes (the sensor's size)
 CH = 1
@@ -736,20 +740,21 @@ def signed_runs(
         res["signed"] += pair
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="one repetition, short windows, no signed runs (~45 s)"
-    )
-    ap.add_argument("--repeat", type=int, default=2, help="repetitions, interleaved (default 2)")
-    ap.add_argument("--seconds", type=float, default=6.0, help="measurement window per run")
-    ap.add_argument(
-        "--rates", default="100000,150000,0", help="leadwire UDP sensor rates, ev/s (0: flat out)"
-    )
-    ap.add_argument("--bauds", default="115200,921600")
-    ap.add_argument("--no-signed", dest="signed", action="store_false", help="skip the signed (auth) runs")
-    ap.add_argument("--json", type=Path, help="write all results here")
-    a = ap.parse_args()
+@click.command(help=__doc__.split("\n")[0])
+@click.option("--quick", is_flag=True, help="one repetition, short windows, no signed runs (~45 s)")
+@click.option("--repeat", type=int, default=2, show_default=True, help="repetitions, interleaved")
+@click.option("--seconds", type=float, default=6.0, show_default=True, help="measurement window per run")
+@click.option("--rates", default="100000,150000,0", show_default=True,
+              help="leadwire UDP sensor rates, ev/s (0: flat out)")  # fmt: skip
+@click.option("--bauds", default="115200,921600", show_default=True)
+@click.option("--no-signed", "signed", is_flag=True, flag_value=False, default=True,
+              help="skip the signed (auth) runs")  # fmt: skip
+@click.option("--json", type=click.Path(dir_okay=False, path_type=Path), help="write all results here")
+def main(**kw: Any) -> None:
+    sys.exit(bench(SimpleNamespace(**kw)))
+
+
+def bench(a: Any) -> int:
     if a.quick:
         a.repeat, a.seconds, a.rates = 1, 3.0, "100000,0"
     rates = [int(x) for x in a.rates.split(",")]
@@ -811,4 +816,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
