@@ -182,7 +182,15 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
     else:
         cfg["serial"] = {"frame": 1024}
         prof = Impairment(loss=frame_loss_to_byte(loss), rate=1_000_000, seed=seed)
-    board = start_board(transport, config=cfg, board_dir=run / "board")
+    while True:
+        board = start_board(transport, config=cfg, board_dir=run / "board")
+        if "ring %dx%d," % (ring, size) in board.console():
+            break
+        board.close()  # the boot fell back to safe defaults (the free heap varies): a smaller ring
+        if ring <= 16:
+            raise RuntimeError("the board made no %d B ring (64 KB heap)" % size)
+        ring -= max(1, ring // 32)
+        cfg["ring"] = ring
     host = None
     try:
         imp: Any = UdpImpairer(("127.0.0.1", 0), board.address, prof) if transport == "udp" else (
@@ -209,16 +217,17 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
             "known_lost": st.get("counted_lost", 0), "silent_lost": st.get("silent_lost", 0),
             "received": st.get("events_all_channels", 0), "counters": res["counters"], "rto": res.get("rto"),
             "bridge_cpu_s": res["bridge_cpu_s"], "committed_in_window": res.get("committed_in_window"),
-            "wall_s": res["wall_s"], "pipeline": pipeline,
+            "wall_s": res["wall_s"], "pipeline": pipeline, "ring": ring,
             "netem": {d: {k: counts[d][k] for k in ("in", "lost")} for d in ("up", "down")}}  # fmt: skip
 
 
 def ladders(tmp: Path, transport: str, sizes: dict[int, list[int]], losses: list[float], seconds: float,
-            code: str | None, seed: int) -> list[dict[str, Any]]:  # fmt: skip
+            codes: list[str | None], seed: int) -> list[dict[str, Any]]:  # fmt: skip
+    """Each point with each code back to back (paired: the load of a shared machine drifts)."""
     out = []
     for size, rates in sizes.items():
         for loss in [0.0, *losses]:
-            for hz in rates:
+            for hz, code in [(hz, code) for hz in rates for code in codes]:
                 r = lw_netem(tmp, transport, size, hz, loss, seconds, code, seed)
                 print("  %s %s %d B loss %g @%d/s: %s events/s, counted lost %s, silent %s, timeouts %s"
                       % (r["code"], transport, size, loss, hz, pmb.fmt(r["rate"]), pmb.fmt(r["known_lost"]),
@@ -357,8 +366,7 @@ def main() -> int:
         for transport, text in (("udp", a.udp_rates), ("serial", a.serial_rates)):
             if transport in skip:
                 continue
-            for code in codes:
-                lw["ladders"] += ladders(tmp, transport, rates(text), losses, a.lw_seconds, code, a.seed)
+            lw["ladders"] += ladders(tmp, transport, rates(text), losses, a.lw_seconds, codes, a.seed)
             sizes = rates(text)
             print("\n### %s, loss each way (load average now %s)\n" % (transport, loadavg()))
             sub = {"sizes": list(sizes), "ladders": [r for r in lw["ladders"] if r["transport"] == transport]}

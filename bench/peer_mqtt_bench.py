@@ -547,15 +547,19 @@ def before_tree(ref: str, dest: Path) -> str:
     return str(dest)
 
 
-def lw_ladders(res: dict[str, Any], args: argparse.Namespace, tmp: Path, code: str | None, note: Any) -> None:
-    """leadwire's ladder of offered rates per size, lossless then at each loss of --losses."""
+def lw_ladders(res: dict[str, Any], args: argparse.Namespace, tmp: Path, codes: list[str | None],
+               note: Any) -> None:  # fmt: skip
+    """leadwire's ladder of offered rates per size, lossless then at each loss of --losses; with
+    several codes (--before) each point runs with each code back to back (the load on a shared
+    machine drifts: paired runs minutes apart, not ladders 10 minutes apart)."""
     for size in args.sizes:
         for loss in [0.0, *args.losses]:
             for hz in args.lw_rates[size]:
-                r = lw_run(tmp, size, hz, args.ring[size], args.events, args.lw_seconds, loss, args.timeout,
-                           args.tick, args.frames, not args.no_pipeline, code)  # fmt: skip
-                note(r)
-                res["ladders"].append(r)
+                for code in codes:
+                    r = lw_run(tmp, size, hz, args.ring[size], args.events, args.lw_seconds, loss,
+                               args.timeout, args.tick, args.frames, not args.no_pipeline, code)  # fmt: skip
+                    note(r)
+                    res["ladders"].append(r)
 
 
 def best(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -850,7 +854,8 @@ def inside(args: argparse.Namespace) -> int:
             log(
                 "  %-22s %4d B loss %g: %s events/s, got %s of %s, known lost %s, silent %s, %.1f wire B/ev%s"
                 % (
-                    r["system"] + (" @%d" % r["offered_hz"] if "offered_hz" in r else ""),
+                    r["system"] + (" @%d" % r["offered_hz"] if "offered_hz" in r else "")
+                    + (" (%s)" % r["code"] if "code" in r else ""),
                     r["size"],
                     r["loss"],
                     fmt(r["rate"]),
@@ -863,9 +868,8 @@ def inside(args: argparse.Namespace) -> int:
                 )
             )
 
-        if args.before:
-            lw_ladders(res, args, tmp, before_tree(args.before, tmp / "before"), note)
-        lw_ladders(res, args, tmp, None, note)
+        codes = [before_tree(args.before, tmp / "before"), None] if args.before else [None]
+        lw_ladders(res, args, tmp, codes, note)
         res["clean"] += [r for r in res["ladders"] if r["code"] == "now" and r["loss"] == 0]
         for size in [] if args.only_lw else args.sizes:
             for qos, nodelay, cap in (

@@ -100,6 +100,8 @@ DEVICE_COUNTERS = (
 SEG_EVENT = 0
 SEG_ARRIVAL = 1
 
+PIPELINE_MIN_EVENTS = 4.0  # events generated per round trip from which pipelined POLLs pay
+
 _COUNTERS_JSON = '{"device":{%s},"channels":{%%s}}' % ",".join('"%s":%%d' % k for k in DEVICE_COUNTERS)
 _CHANNEL_JSON = '"%%d":{%s}' % ",".join('"%s":%%d' % k for k in CHANNEL_COUNTERS)
 
@@ -202,11 +204,6 @@ class DeviceClient:
         # (HoldingPollClient: frames after a lost one are kept; the repoll asks for the gap only)
         self.pc = HoldingPollClient(st.n, st.boot_epoch, fresh=not st.has_n)
         self.pc.pipeline = poll.pipeline
-        # pipelined POLLs only when the device held half its ring or more (set from the HELLO's
-        # capacity): at low rates a POLL sent before the burst is in finds nothing new, a round
-        # trip of CPU for no event (bench/netem_bench.py: 1.5x the bridge's CPU per event at
-        # 2,000 events/s of 64 B); a ring at risk of overrunning is where it pays
-        self.pc.pipeline_min = 0
         self.recovery: Loss | None = None  # the open recovery phase (a losses row)
         if st.recovery is not None and st.boot_epoch is not None:
             r = st.recovery
@@ -407,6 +404,13 @@ class DeviceClient:
         if now_s - self._last_hello_s >= self.poll_cfg.hello_interval:
             pc.ask_hello()  # periodic: catches a restart of a device whose ring is empty
         self._burst_events = 0
+        # pipelined POLLs only where they pay: when the device generates a few events per round trip
+        # (EWMA rate x SRTT >= PIPELINE_MIN_EVENTS). At low rates a POLL sent before the burst is in
+        # finds nothing new, a round trip of CPU for no event (bench/netem_bench.py, pipelining A/B:
+        # 1.5x the bridge's CPU per event at 2,000 events/s of 64 B when always on)
+        p = self.poll_cfg
+        per_rtt = self._rate * (self.rtt.srtt or 0.0)
+        pc.pipeline = p.pipeline and (not p.adaptive or per_rtt >= PIPELINE_MIN_EVENTS)
         f = pc.next_request(self.poll_cfg.batch, self.poll_cfg.max_bytes, self.poll_cfg.frames)
         if f.type == wire.POLL:
             self.outstanding = REQ_POLL
@@ -714,7 +718,6 @@ class DeviceClient:
     def _on_hello(self, h: messages.Hello, old_epoch: int | None, now_s: float, rx_us: int) -> None:
         self._last_hello_s = now_s
         self.capacity = h.capacity
-        self.pc.pipeline_min = h.capacity // 2
         if old_epoch is not None and h.boot_epoch != old_epoch:
             self._new_boot(old_epoch, "hello")
         self._sync_loss(rx_us)

@@ -9,10 +9,6 @@
 # lists the frames a result came from, for callers that need each frame's header. Held frames are
 # dropped when n passes them some other way, on a RECOVERY and on a restart.
 #
-# pipeline_min: a pipelined POLL (PollClient.pipeline) only when frame 0 shows the device held at
-# least this many events (the bridge: half its ring); at low rates a POLL sent before the burst is
-# in finds nothing new and costs a round trip for no event.
-#
 # A subclass, not part of PollClient: the board-sized heap that runs the core's tests on
 # MicroPython has no room for the extra code, and no board needs it.
 from leadwire import messages, wire
@@ -30,7 +26,6 @@ class HoldingPollClient(PollClient):
         self.recent = []  # tags of the last RECENT_TAGS POLLs since a RECOVERY or restart
         self.taken = []  # (frame, events) the last EVENTS result came from
         self.held_taken = 0  # held frames taken after their gap was filled
-        self.pipeline_min = 0  # pipeline only when frame 0 shows at least this many events held
 
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
         if self.held and self.ahead is None:
@@ -54,10 +49,6 @@ class HoldingPollClient(PollClient):
             result = self._events(frame)
         else:
             result = super().on_frame(frame)
-            if self.ahead is not None and self.backlog + len(result[1]) < self.pipeline_min:
-                # a ring far from full: the POLL waits for the whole burst (the burst goes on)
-                self.ahead = None
-                self.burst_done = False
         if result[0] == STALE and (tag == self.tag or tag == prev or tag in self.recent):
             if lt(succ(self.n), frame.seq):
                 self._hold(frame)
