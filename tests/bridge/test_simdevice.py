@@ -48,3 +48,39 @@ def test_virtual_ring_generation_times_and_limit() -> None:
     assert vr.generated(999_999) == 0 and vr.generated(1_000_000) == 1 and vr.generated(1_002_500) == 3
     assert vr.generated(10_000_000) == 5
     assert vr.handle(b"\x00" * 12, 0) is None and vr.bad_frames == 1
+
+
+def test_signed_virtual_ring_answers_byte_for_byte_like_signed_sim_core() -> None:
+    """Auth on: the handshake and every signed poll answered identically by both (one host end)."""
+    from leadwire import auth_host, wire
+
+    key = bytes(range(32))
+    t0 = 1_700_000_000_000_000
+    vr = VirtualRing(7, 3.0, 16, 16, seed=3, t0_us=t0, start=12345, key=key)
+    core = SimCore(7, capacity=16, slot_size=32, seed=3, start=12345, payload_size=16, key=key)
+    host = auth_host.HostEndpoint(key)
+
+    def signed(frame: object, hello: bool = False) -> bytes:
+        b = bytearray(codec.encode(frame)) + bytearray(wire.AUTH_SIZE)  # type: ignore[arg-type]
+        n = len(b) - wire.AUTH_SIZE
+        return bytes(b[: host.host_sign_hello(b, n) if hello else host.sign_into(b, n)])
+
+    req = signed(codec.Frame(wire.HELLO, 0xABCDEF01, b"", message_id=1), hello=True)
+    ans = vr.handle(req, t0)
+    assert ans is not None and ans == core.handle(req)[0]
+    assert host.host_hello(bytearray(ans), len(ans)) == wire.OK
+    rng = random.Random(5)
+    kinds = set()
+    for tag in range(2, 200):
+        now = vr.gen_us(core.generated + rng.randrange(0, 6))
+        for i in range(core.generated, vr.generated(now)):
+            core.write_events(1, vr.gen_us(i))
+        newest = core.ring.newest
+        n = rng.choice([newest, (newest - rng.randrange(0, 20)) & 0xFFFFFFFF, rng.getrandbits(32)])
+        req = signed(messages.poll_frame(n, rng.choice([1, 5, 255]), rng.choice([16, 100, 2000]), tag & 0xFF))
+        a = vr.handle(req, now)
+        assert a is not None and a == core.handle(req)[0]
+        assert host.verify(bytearray(a), len(a)) == wire.OK
+        kinds.add(wire.frame_type(a))
+    assert kinds == {wire.EVENTS, wire.NO_EVENT, wire.RECOVERY}
+    assert vr.refused == 0 and core.refused == 0
