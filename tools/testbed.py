@@ -423,6 +423,8 @@ class SimGroup:
 class Testbed(contextlib.ExitStack):
     """See the module docstring. `out` holds pids.json, the bridge config and its log."""
 
+    __test__ = False  # not a pytest class (its name starts with "Test")
+
     def __init__(self, out: Path) -> None:
         super().__init__()
         self.out = out
