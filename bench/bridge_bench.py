@@ -3,7 +3,7 @@ process at 10 Hz, generation-to-commit latency, the effect of adaptive polling, 
 authentication (issue 6: signed vs unsigned side by side in phases 2 and 3; phase 4 signed unless
 --fleet-no-auth).
 
-    .venv/bin/python bench/bridge_bench.py              # full run (about 3 minutes)
+    .venv/bin/python bench/bridge_bench.py              # full run (about 3 minutes + 4 for phase 6)
     .venv/bin/python bench/bridge_bench.py --quick      # smaller and shorter
     .venv/bin/python bench/bridge_bench.py --repeat 3   # offline phases 3 times, interleaved: medians
 
