@@ -906,7 +906,7 @@ def inside(args: argparse.Namespace) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="20,000 events, short caps, 64 B only")
+    ap.add_argument("--quick", action="store_true", help="20,000 events, short caps, 64 B only, 5%% loss only")
     ap.add_argument("--events", type=int, default=200_000, help="N events per run (default 200,000)")
     ap.add_argument("--sizes", default="64,256", help="event sizes, bytes")
     ap.add_argument("--seconds", type=float, default=30.0, help="time cap of an MQTT run")
@@ -950,6 +950,8 @@ def main() -> int:
         args.lw_seconds = min(args.lw_seconds, 4.0)
     if args.quick and args.sizes == [64, 256]:
         args.sizes = [64]
+    if args.quick and args.losses == [0.01, 0.05]:
+        args.losses = [args.loss]  # one lossy ladder: the smoke test's run stays short
     if args.inside:
         return inside(args)
     ensure_debian("mosquitto", "mosquitto")
