@@ -835,11 +835,10 @@ def _mismatches(
         path
     )
     written = spark.read.parquet(path)
-    head = _sorted(written.limit(MISMATCH_CSV_ROWS).toArrow(), [*T.LEAD_KEY, "arrival"])
     n = written.count()
-    if n <= MISMATCH_CSV_ROWS:  # the head is all of them: sorted on the driver, not by a global sort
-        head = _sorted(written.toArrow(), [*T.LEAD_KEY, "arrival"])
-    return n, head
+    # the first rows as the executors wrote them (all of them when few), sorted on the driver
+    head = written if n <= MISMATCH_CSV_ROWS else written.limit(MISMATCH_CSV_ROWS)
+    return n, _sorted(head.toArrow(), [*T.LEAD_KEY, "arrival"])
 
 
 def _plain(v: Any) -> Any:
