@@ -60,7 +60,7 @@ SYNC = os.environ.get("LEADWIRE_POWERCUT_SYNC", "full")
 LANES = int(os.environ.get("LEADWIRE_POWERCUT_LANES", "5"))
 CHANNELS = (1, 2, 3)
 
-pytestmark = pytest.mark.skipif(
+needs_cc = pytest.mark.skipif(
     powercut.compiler() is None, reason="no C compiler (cc/gcc/clang) to build the power-cut shim"
 )
 
@@ -314,6 +314,8 @@ def _run(tmp: Path, cuts: int, sync: str, monkeypatch: pytest.MonkeyPatch) -> Cu
     return asyncio.run(asyncio.wait_for(run_cuts(root, cuts, sync), timeout=60 + 2.0 * cuts))
 
 
+@needs_cc
+@pytest.mark.timeout(120 + 2 * CUTS)  # the long run (LEADWIRE_POWERCUT_CUTS) outlasts the default 300 s
 def test_durable_acks_survive_power_cuts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     res = _run(tmp_path, CUTS, SYNC, monkeypatch)
     print("\npower cuts, synchronous = %s: %s" % (SYNC, res.figures()))
@@ -331,6 +333,7 @@ def test_durable_acks_survive_power_cuts(tmp_path: Path, monkeypatch: pytest.Mon
     assert res.undone_records > 0  # the cuts did throw writes away
 
 
+@needs_cc
 def test_old_mode_loses_acked_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same cuts against synchronous = "normal" (the default before issue 16): reports the
     devices saw ACKed are gone from the store. Proves the check above can fail."""
@@ -370,3 +373,15 @@ def test_a_report_of_the_previous_session_is_never_confirmed_in_the_next() -> No
     for a in cl.out_acks:
         core.handle(a)
     assert core.sessions[2].number == 2  # confirmed: and stored (above), not lost
+
+
+def test_store_synchronous_config() -> None:
+    """[store] synchronous: "full" by default, "normal" on request, anything else a one-line error."""
+    from leadwire.bridge.config import ConfigError
+
+    dev = [{"id": "d", "udp": "127.0.0.1:9", "auth": False}]
+    assert parse({"device": dev}).store_sync == "full"
+    assert parse({"store": {"synchronous": "normal"}, "device": dev}).store_sync == "normal"
+    with pytest.raises(ConfigError) as e:
+        parse({"store": {"synchronous": "off"}, "device": dev})
+    assert str(e.value) == "store.synchronous: must be \"full\" or \"normal\", got 'off'"
