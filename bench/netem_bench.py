@@ -202,7 +202,8 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
                 [sys.executable, str(pmb.HERE / "lw_host.py"), *link, "--store", str(run / "lw.db"),
                  "--events", "10000000", "--seconds", str(seconds), "--timeout", "0.25",
                  "--frames", "16", "--max-bytes", "1460" if transport == "udp" else "1000",
-                 "--pipeline", str(int(pipeline))],
+                 "--pipeline", str(int(pipeline)),
+                 *(["--rto-min", "0.002"] if code is None else [])],  # loopback: a 2 ms floor
                 env={**os.environ, "PYTHONPATH": code} if code else None,
             )  # fmt: skip
             res = host.wait_line("store", seconds + 90)

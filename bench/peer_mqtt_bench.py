@@ -421,6 +421,7 @@ def lw_run(
     frames: int,
     pipeline: bool = True,
     code: str | None = None,
+    rto_min: float = 0.002,
 ) -> dict[str, Any]:
     """One leadwire run; `code`: a directory whose `leadwire` package the bridge runs (--before)."""
     from leadwire.tools.board import start_board
@@ -472,6 +473,7 @@ def lw_run(
                 str(frames),
                 "--pipeline",
                 str(int(pipeline)),
+                *(["--rto-min", str(rto_min)] if code is None else []),  # (the code before rtt.py: none)
             ],
             env={**os.environ, "PYTHONPATH": code} if code else None,
         )
@@ -557,7 +559,8 @@ def lw_ladders(res: dict[str, Any], args: argparse.Namespace, tmp: Path, codes: 
             for hz in args.lw_rates[size]:
                 for code in codes:
                     r = lw_run(tmp, size, hz, args.ring[size], args.events, args.lw_seconds, loss,
-                               args.timeout, args.tick, args.frames, not args.no_pipeline, code)  # fmt: skip
+                               args.timeout, args.tick, args.frames, not args.no_pipeline, code,
+                               args.rto_min)  # fmt: skip
                     note(r)
                     res["ladders"].append(r)
 
@@ -906,7 +909,7 @@ def inside(args: argparse.Namespace) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="20,000 events, short caps, 64 B only, 5%% loss only")
+    ap.add_argument("--quick", action="store_true", help="20,000 events, short caps, 64 B, 5%% loss")
     ap.add_argument("--events", type=int, default=200_000, help="N events per run (default 200,000)")
     ap.add_argument("--sizes", default="64,256", help="event sizes, bytes")
     ap.add_argument("--seconds", type=float, default=30.0, help="time cap of an MQTT run")
@@ -931,6 +934,7 @@ def main() -> int:
         "--timeout", type=float, default=0.02, help="bridge poll timeout, s (loopback RTT < 1 ms)"
     )
     ap.add_argument("--loss", type=float, default=0.05, help="packet loss each way in the impaired MQTT runs")
+    ap.add_argument("--rto-min", type=float, default=0.002, help="bridge polling.rto_min (loopback: 2 ms)")
     ap.add_argument("--losses", default="0.01,0.05", help="leadwire ladders at these losses each way, too")
     ap.add_argument("--before", default="", help="git ref: also run the leadwire ladders with that code")
     ap.add_argument("--only-lw", action="store_true", help="leadwire ladders only (no MQTT runs)")
