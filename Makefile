@@ -35,6 +35,9 @@ test: $(STAMP) lint check-java typecheck
 	@# the WebAssembly tier's MicroPython (tools/wasm/package.json, pinned); without npm tests/wasm skips
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tools/wasm --no-audit --no-fund --loglevel=error >/dev/null \
 	  || echo "*** npm ci --prefix tools/wasm failed: tests/wasm will fail and say why" >&2; fi
+	@# the emulated Pico's rp2040js (tools/pico/package.json, pinned); without it the Pico tests skip
+	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tools/pico --no-audit --no-fund --loglevel=error >/dev/null \
+	  || echo "*** npm ci --prefix tools/pico failed: the emulated Pico tests will skip and say why" >&2; fi
 	$(BIN)/pytest -q
 
 # Firmware type check: firmware/ and shared/leadwire against the MicroPython board stubs, installed
@@ -57,7 +60,7 @@ bench: $(STAMP)
 	@# default adds 10M); goes on past a failing script and fails at the end. QUICK=1: --quick
 	@# where a script has it. Figures: docs/benchmarks.md.
 	@failed=""; \
-	for s in core_bench bridge_bench fleet_bench fuzz_bench netem_bench peer_mqtt_bench goodput_bench chaos_bench; do \
+	for s in core_bench bridge_bench fleet_bench fuzz_bench netem_bench peer_mqtt_bench goodput_bench chaos_bench pico_bench; do \
 	  f=bench/$$s.py; \
 	  if [ ! -f $$f ]; then echo "===== $$f: not present, skipped"; continue; fi; \
 	  args=""; \
