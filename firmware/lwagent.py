@@ -44,8 +44,9 @@ from leadwire.framing import encode_into
 _RX = const(136)  # largest frame accepted (a SUBSCRIBE of up to 115 channels, signed)
 _BURST = const(32)  # most answer frames one POLL may ask for (wire fragment index 0..31)
 _FAST = const(200)  # events per pass of a sensor with hz 0 (as fast as it can: benchmarks)
-_STALL = const(100)  # ms a serial write may take nothing before the frame is dropped (a UART frees
-# a byte of its TX ring every ~1 ms even at 9600 baud: a line that takes nothing for 100 ms is stuck)
+_STALL = const(100)  # 1 ms waits a serial frame may spend on writes that took nothing before it is
+# dropped (rp2's write() itself waits while bytes drain: it takes nothing only when its TX ring is
+# full on entry; a UART frees a byte every ~1 ms even at 9600 baud: a line that stalls is stuck)
 # settings (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
 _TICK = const(2)
 _HCH = const(3)
@@ -71,8 +72,11 @@ _BAD = const(7)
 _OVERFLOW = const(8)  # events that found a report body full (they are still in the ring)
 _ALARMS = const(9)
 _ALAST = const(10)  # ticks_ms of the last bad-frame alarm
-# with auth on, 11..13: auth rejects (forged, replayed, unsigned) summed over the links at each
-# health record, and sent after it as a record of its own (health_into(ev, h, 11): 6 bytes)
+_RESTARTS = const(11)  # failed passes of a task (sources, wlan.keep): a record of its own once
+# not 0 (2 bytes: health_into(ev, h, 11, 1))
+# with auth on, 12..14: auth rejects (forged, replayed, unsigned) summed over the links at each
+# health record, and sent after it as a record of its own (health_into(ev, h, 12): 6 bytes)
+_WDT = const(16)  # k[16]: the machine.WDT main.py started (None: off)
 # a link
 # a link (lwboot builds it: [io, udp, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer, hello,
 # serial read chunk, COBS buffer, StreamDecoder])
@@ -138,8 +142,7 @@ def _send(L, b, n, a):
             m = encode_into(b, n, cb) + 1
             cb[m - 1] = 0
             io = L[_IO]
-            p = 0
-            t = 0
+            p = t = 0
             while p < m:
                 # the whole frame: a UART may take part of it (rp2: a full TX ring and timeout 0
                 # answer a short count after ~1 ms) or nothing (None). write(buf, off, len) takes
@@ -147,8 +150,7 @@ def _send(L, b, n, a):
                 w = io.write(cb, p, m - p)
                 if w:
                     p += w
-                    t = 0
-                else:  # nothing went: wait for the line to drain, at most _STALL ms in a row
+                else:  # nothing went: wait for the line to drain, at most _STALL ms a frame
                     t += 1
                     if t > _STALL:
                         return 1  # a stuck line: the rest of the frame is dropped (counted)
@@ -165,7 +167,7 @@ class Agent:
         self.links = links
         self.ring = ring
         self.ev = bytearray(24)  # scratch payload: health and alarm records
-        h: list = [0] * (14 if links and links[0][_EP] is not None else 11)
+        h: list = [0] * (15 if links and links[0][_EP] is not None else 12)
         h[_BOOTS] = k[14]
         h[_CAUSE] = board.reset_cause()
         h[_LOW] = gc.mem_free()
@@ -368,9 +370,6 @@ class Agent:
             self.h[_DROP] += _send(L, tx, A[_ASHELLO](tx, m, A[_AEH], A[_AEL]), a)
 
     async def io(self):
-        for L in self.links:
-            if not L[_UDP] or L[_PEER]:  # HELLO after boot
-                self._boot_hello(L, L[_PEER])
         h = self.h
         w = 0
         while True:
@@ -404,6 +403,8 @@ class Agent:
             f = gc.mem_free()
             if f < h[_LOW]:
                 h[_LOW] = f
+            if self.k[_WDT]:  # the watchdog (config "wdt"): fed while this loop goes round
+                self.k[_WDT].feed()
             # tick 0 and nothing read: the next poll waits up to 1 ms for a frame (answered as
             # soon as it comes), once the other tasks have had their turn -- not a busy loop
             w = 0 if busy or self.k[_TICK] else 1
@@ -424,45 +425,85 @@ class Agent:
         for s in self.sensors:
             if s[_SPER] and 4000 // s[_SPER] > most:
                 spin = 1
+        d = 1  # s before a failed pass is tried again (doubles while passes keep failing)
         while True:
-            now = time.ticks_us()
-            fast = 0
-            for s in self.sensors:
-                p = s[_SPER]
-                n = fast_n  # hz 0: a batch every pass, the pass again at once
-                if p:  # the samples due since the last pass, at once
-                    n = time.ticks_diff(now, s[_SDUE]) // p + 1
-                    if n <= 0:
-                        continue
-                    if n > most:  # fell behind: resynchronise (a synthetic source owes nothing)
-                        n = most
-                        s[_SDUE] = time.ticks_add(now, -n * p)
-                    s[_SDUE] = time.ticks_add(s[_SDUE], n * p)
-                else:
-                    fast = 1
-                if self.pushing:  # a push session may want them: one emit per sample
-                    while n:
-                        dv.sample_into(s[_SBUF], s[_SNUM])
-                        s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
-                        self.emit(s[0], s[_SBUF], s[_SSIZE])
-                        n -= 1
-                else:  # the ring is all: one call, the byte loop in native code (~0.2 us per 64 B)
-                    self.ring.write_samples(s[_SBUF], s[0], s[_SSIZE], n, s[_SNUM])
-                    s[_SNUM] = (s[_SNUM] + n) & 0xFFFF
-            ms = time.ticks_ms()
-            if time.ticks_diff(ms, sec) >= 0:
-                h[_UP] += 1
-                sec = time.ticks_add(sec, 1000)
-            if k[_HMS] and time.ticks_diff(ms, hdue) >= 0:
-                hdue = time.ticks_add(ms, k[_HMS])
-                gc.collect()  # heap free = what is live; the low-water includes garbage
-                h[_FREE] = gc.mem_free()
-                h[_OVER] = self.ring.overwritten
-                self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h))
-                if len(h) > 11:  # auth on: the rejects of all links, a record of their own
-                    self.links[0][_EP][_AREJ](self.links, h)
-                    self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h, 11))
-            if k[_AMS] and time.ticks_diff(ms, adue) >= 0:
-                adue = time.ticks_add(ms, k[_AMS])
-                self.alarm(2, h[_ALARMS] + 1)  # messages.ALARM_PERIODIC
+            # The supervisor of this task: a pass that fails -- a MemoryError while posting an
+            # alarm or a report, a bug -- is counted in the health record, said, and tried again
+            # after d s (1, 2, 4 .. 64 while passes keep failing), never the end of the task: the
+            # events and health records would stop while polls were still answered. (Allocates:
+            # failures only.)
+            try:
+                now = time.ticks_us()
+                fast = 0
+                for s in self.sensors:
+                    p = s[_SPER]
+                    n = fast_n  # hz 0: a batch every pass, the pass again at once
+                    if p:  # the samples due since the last pass, at once
+                        n = time.ticks_diff(now, s[_SDUE]) // p + 1
+                        if n <= 0:
+                            continue
+                        if n > most:  # fell behind: resynchronise (a synthetic source owes nothing)
+                            n = most
+                            s[_SDUE] = time.ticks_add(now, -n * p)
+                        s[_SDUE] = time.ticks_add(s[_SDUE], n * p)
+                    else:
+                        fast = 1
+                    if self.pushing:  # a push session may want them: one emit per sample
+                        while n:
+                            dv.sample_into(s[_SBUF], s[_SNUM])
+                            s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
+                            self.emit(s[0], s[_SBUF], s[_SSIZE])
+                            n -= 1
+                    else:  # the ring is all: one call, the byte loop in native code (~0.2 us per 64 B)
+                        self.ring.write_samples(s[_SBUF], s[0], s[_SSIZE], n, s[_SNUM])
+                        s[_SNUM] = (s[_SNUM] + n) & 0xFFFF
+                ms = time.ticks_ms()
+                if time.ticks_diff(ms, sec) >= 0:
+                    h[_UP] += 1
+                    sec = time.ticks_add(sec, 1000)
+                if k[_HMS] and time.ticks_diff(ms, hdue) >= 0:
+                    hdue = time.ticks_add(ms, k[_HMS])
+                    gc.collect()  # heap free = what is live; the low-water includes garbage
+                    h[_FREE] = gc.mem_free()
+                    h[_OVER] = self.ring.overwritten
+                    self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h))
+                    A = self.links[0][_EP]
+                    if A is not None:  # auth on: the rejects of all links, a record of their own
+                        A[_AREJ](self.links, h)
+                        self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h, 12))
+                    if h[_RESTARTS]:  # a task failed and was restarted: say how often
+                        self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h, _RESTARTS, 1))
+                if k[_AMS] and time.ticks_diff(ms, adue) >= 0:
+                    adue = time.ticks_add(ms, k[_AMS])
+                    self.alarm(2, h[_ALARMS] + 1)  # messages.ALARM_PERIODIC
+                d = 1
+            except Exception as e:
+                h[_RESTARTS] += 1
+                print("task: %r; %d s" % (e, d))
+                await asyncio.sleep(d)
+                d = min(d + d, 64)
+                continue
             await asyncio.sleep_ms(0 if fast or spin else 1)
+
+
+def start(b, board):
+    # main.py's last boot step, here so that its code is freed once run (main.py deletes it; code
+    # in main.py stays while it runs): authentication with a key, the agent on lwboot's
+    # (settings, ring, sensors, links, tasks), its tasks started; returns io() for asyncio.run
+    k, ring, sensors, links, tasks = b
+    if k[15]:  # a key (issue 6): auth.py and an endpoint per link, where the boot code was
+        import lwauth
+
+        lwauth.setup(k, ring, links)  # (it deletes itself: boot only)
+    ag = Agent(k, ring, sensors, links, board)
+    # kept: the scheduler holds weak references. lwboot's (wlan.keep) count their failures in h
+    ag.tasks = [asyncio.create_task(f(*a, ag.h)) for f, a in tasks] + [asyncio.create_task(ag.sources())]
+    board.led(1)
+    for n in ("uid", "serial", "network", "mem_free", "reset_cause", "led"):  # boot-only: gone
+        if hasattr(board, n):
+            delattr(board, n)
+    gc.threshold(4096)  # collect after 4 KB of garbage: bounds the low-water's dip
+    for L in links:
+        if not L[_UDP] or L[_PEER]:  # HELLO after boot
+            ag._boot_hello(L, L[_PEER])
+    return ag.io()

@@ -20,6 +20,8 @@ def setup(k, ring, links):
     e = ring.epoch
     for L in links:
         L[15] = link(key, (e[0] << 8) | e[1], (e[2] << 8) | e[3])
+    g = globals()
+    del g["setup"], g["link"]  # boot only: their code goes (hint, rejects stay)
 
 
 def link(key, hi, lo):
@@ -42,10 +44,10 @@ def link(key, hi, lo):
 
 
 def rejects(links, h):
-    """The auth rejects of all links into the agent's health list h[11:14]."""
-    h[11] = h[12] = h[13] = 0
+    """The auth rejects of all links into the agent's health list h[12:15]."""
+    h[12] = h[13] = h[14] = 0
     for L in links:
         ep = L[15][7]
-        h[11] += ep.forged
-        h[12] += ep.replayed
-        h[13] += ep.unsigned
+        h[12] += ep.forged
+        h[13] += ep.replayed
+        h[14] += ep.unsigned

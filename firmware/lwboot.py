@@ -22,6 +22,7 @@ SPEC = (
     "|starting again on safe defaults (links, id and wlan kept from config.json)"  # after a failure
     "|starting again on safe defaults without config.json|giving up"
     '|authentication needs "key" (32..128 hex digits) or "auth": false'  # issue 6
+    "|wdt 0 0 8388"  # the watchdog's timeout in ms (0: off; 8388: rp2's longest)
 )
 
 
@@ -55,6 +56,15 @@ def build(board, hold=None):
         # reports it as a failure) rather than claim to be ready, or reset in a loop
         print("leadwire: not ready: %s; fix config.json and reset" % ("no link" if b else "boot failed"))
         return None
+    k = b[0]
+    if k[16]:  # config "wdt": the watchdog, from here on (a WLAN join at boot may outlast it)
+        try:
+            import machine
+
+            k[16] = machine.WDT(timeout=k[16])  # lwagent's io loop feeds it
+        except Exception as e:  # the unix port has none
+            print("wdt: %r; off" % (e,))
+            k[16] = None
     return b
 
 
@@ -168,18 +178,39 @@ def _attempt(board, st, tier):
             continue
         chans.append(ch)
         sk.append((ch, hz, size))
+    # The radio first, when a UDP link needs one: ESP32's RNG is only pseudo-random until it runs,
+    # and the free heap measured below must not count the IDF RAM Wi-Fi takes when it starts.
+    # net: the station, None (no ssid: no UDP), or what bringing it up raised (said per link)
+    net = w = None
+    if board.KIND != "unix" and [x for x in lk if x[0] == kudp]:
+        w = d.get(kwlan)
+        w = w if isinstance(w, dict) else {}
+        try:
+            net = board.network(w)
+        except MemoryError:
+            raise
+        except Exception as e:  # no network module, no rp2.country, Wi-Fi refused: UDP only
+            net = e
+    # The epoch and the ring's start: the RNG mixed with the boot count and the board id, so two
+    # boots never share one even where os.urandom is constant (an emulated Pico) or weak; the
+    # odd multiplier keeps distinct boot counts distinct (mod 2^32). Allocates: boot only.
+    mx = st[2] * 0x9E3779B1
+    for c in board.uid():
+        mx = mx * 31 + ord(c)
+    mx &= 0xFFFFFFFF
+    epoch = random_u32() ^ mx
+    mx = random_u32() ^ mx ^ 0x5A5A5A5A  # the ring's start (drawn here: no garbage where it goes)
     # Does the ring fit? It must leave, once the agent is ready, the free heap it needs at run time:
     # the garbage between two collections (gc.threshold 4 KB), the push-session modules (~4.7 KB)
     # and 3 report bodies, plus slack: 10.3 KB + 3 bodies. From here to ready the rest of the boot
     # and the agent cost the frame and serial buffers and the sensors, less ~3.2 KB (lwboot is
     # unloaded). With a key, auth.py, lwauth, the key and an endpoint per link: ~11 KB for one link, ~12 KB
     # for two (free heap at ready, auth on vs off). Measured on the unix port (64-bit): pessimistic
-    # for 32-bit boards.
-    epoch = random_u32()
+    # for 32-bit boards. board.mem_free(): gc.mem_free() (ESP32: less the IDF RAM left to Wi-Fi).
     if st[0]:
         st[0].pop()  # main.py's block: the ring goes where it was, in one piece
     gc.collect()
-    free = gc.mem_free()
+    free = board.mem_free()
     need = 7100 + 3 * k[10] + max([x[3] for x in lk] + [0]) + (9900 + 1100 * len(lk) if ak else 0)
     for x in lk:
         need += 2 * x[3] + 400 if x[0] == kser else 0
@@ -198,7 +229,7 @@ def _attempt(board, st, tier):
     ring = None
     if k[0] * (3 + k[1]) + need <= free:
         try:
-            ring = EventRing(k[0], None, k[1], epoch)
+            ring = EventRing(k[0], mx, k[1], epoch)
         except MemoryError:
             pass
     if ring is None:
@@ -207,7 +238,7 @@ def _attempt(board, st, tier):
             % (k[0], k[1], k[0] * (3 + k[1]), free, need)
         )
         k[0], k[1] = 256, 16
-        ring = EventRing(256, None, 16, epoch)
+        ring = EventRing(256, mx, 16, epoch)
     sensors = []
     for ch, hz, size in sk:
         if size > k[1]:
@@ -220,7 +251,8 @@ def _attempt(board, st, tier):
     name = d.get(kid)
     if not isinstance(name, str):
         name = board.uid()
-    k += [st[2], ak]  # 14 the boot count, 15 the auth key (bytes; None: auth off)
+    # 14 the boot count, 15 the auth key (bytes; None: auth off), 16 the watchdog's ms (0: off)
+    k += [st[2], ak] + ints(d, SPEC.split("|")[12], "")  # (the fallback tiers: no watchdog)
     links = []
     tasks = []
     opened: list = []  # (io, peer: False for serial, UDP address or None, frame size, gap)
@@ -233,15 +265,14 @@ def _attempt(board, st, tier):
                         opened.append((io, False, frame, gap))
                     continue
                 if board.KIND != "unix":
-                    w = d.get(kwlan)
-                    w = w if isinstance(w, dict) else {}
-                    net = board.network(w)
                     if net is None:
                         print("udp: no wlan ssid in config: UDP off")
                         continue
+                    if isinstance(net, Exception):
+                        raise net
                     import wlan
 
-                    tasks.append(wlan.keep(net, w))
+                    tasks.append((wlan.keep, (net, w)))  # started by lwagent.start
                 import socket  # only here: a board without networking (plain Pico) has none
 
                 bind = c.get(kbind)

@@ -1,7 +1,11 @@
 # leadwire device agent entry point (runs at power-on on ESP32 / Pico W; `leadwire board` runs it on
 # the unix port). Builds the agent for this board from config.json and runs it under asyncio.
-# Nothing here resets the board: a bad config or a failed link falls back to safe defaults, and an
-# unexpected failure stops at the REPL with a message, never in a crash loop.
+# A bad config or a failed link falls back to safe defaults; a config the agent cannot run on stops
+# at the REPL ("not ready": a reset would not help). A task's pass that fails is counted and tried
+# again after a back-off (lwagent). An error nothing survives (fatal) is said on the console, then
+# the board resets after 10 s (Ctrl-C meanwhile: stay at the REPL; a board module may set RESET_S;
+# the unix port, with no machine.reset, ends). Config "wdt": a machine.WDT, started by lwboot once
+# the agent is built and fed by the io loop, resets a hung board.
 import asyncio
 import gc
 import sys
@@ -27,21 +31,13 @@ def start():
     if b is None:
         board.led(0)
         return None  # stop at the REPL (never a reset loop)
-    k, ring, sensors, links, tasks = b
-    if k[15]:  # a key (issue 6): auth.py and an endpoint per link, where the boot code was
-        import lwauth
+    import lwagent
 
-        lwauth.setup(k, ring, links)
-    from lwagent import Agent
-
-    ag = Agent(k, ring, sensors, links, board)
-    tasks.append(ag.sources())
-    ag.tasks = [asyncio.create_task(t) for t in tasks]  # kept: the scheduler holds weak references
-    board.led(1)
+    io = lwagent.start(b, board)  # the agent (auth.py with a key) and its tasks
+    del lwagent.start  # run once: its code goes (this function's stays while main.py runs)
     gc.collect()
-    gc.threshold(4096)  # collect after 4 KB of garbage: bounds the low-water's dip
     print("leadwire: ready, heap used %d free %d" % (gc.mem_alloc(), gc.mem_free()))
-    return ag.io()
+    return io
 
 
 try:
@@ -51,4 +47,11 @@ try:
 except KeyboardInterrupt:
     print("leadwire: stopped")
 except Exception as e:
-    print("leadwire: agent stopped: %r" % (e,))
+    import time
+
+    import machine
+
+    t = getattr(board, "RESET_S", 10)
+    print("leadwire: agent stopped: %r; reset in %d s" % (e, t))
+    time.sleep(t)
+    getattr(machine, "reset", sys.exit)()

@@ -25,11 +25,28 @@ def join(c):
     return w
 
 
-async def keep(w, c):
+async def keep(w, c, h):
+    # Every 5 s: connected, or an attempt under way (status() STAT_CONNECTING: a connect() now
+    # would break it, on ESP32 with "Wifi Internal Error"), nothing to do; else join again, the
+    # next check 5, 10, 20 .. 60 s later while it fails. An OSError from connect() (ESP32: "Wifi
+    # Internal Error" during the driver's own attempt) is said and retried; any other failure of
+    # a check (a MemoryError) is counted in the agent's health list h (lwagent's _RESTARTS, 11)
+    # as well: never the end of the task.
     import asyncio
 
+    d = 5
     while True:
-        await asyncio.sleep(5)
-        if not w.isconnected():
+        await asyncio.sleep(d)
+        try:
+            if w.isconnected():
+                d = 5
+                continue
+            if w.status() == network.STAT_CONNECTING:
+                continue
             print("wlan: link down, re-joining")
+            d = min(d * 2, 60)
             w.connect(c.get("ssid"), c.get("key", ""))
+        except Exception as e:
+            if not isinstance(e, OSError):
+                h[11] += 1
+            print("wlan:", repr(e))

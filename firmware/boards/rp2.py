@@ -1,5 +1,8 @@
 # Raspberry Pi Pico W (RP2040 + CYW43). What differs: UART pins, WLAN bring-up (country code), the
-# LED (on the wireless chip: Pin("LED")), the reset cause. Defaults: UART0 on GP0 (tx) / GP1 (rx).
+# LED (on the wireless chip: Pin("LED")), the reset cause. Defaults: UART0 on GP0 (tx) / GP1 (rx);
+# with "uart": 1, GP4 (tx) / GP5 (rx). Also runs a plain Pico (no Wi-Fi: serial only).
+from gc import mem_free  # noqa: F401 -- lwboot's free heap: one fixed heap (CYW43's buffers are static)
+
 import machine
 
 KIND = "rp2"
@@ -11,11 +14,14 @@ def uid():
 
 
 def serial(c):
+    # default pins per UART: GP0/GP1 are UART0's only; UART1's first pair is GP4/GP5 (also GP8/GP9)
+    u = c.get("uart", 0)
+    tx, rx = (4, 5) if u == 1 else (0, 1)
     return machine.UART(
-        c.get("uart", 0),
+        u,
         baudrate=c.get("baud", 115200),
-        tx=machine.Pin(c.get("tx", 0)),
-        rx=machine.Pin(c.get("rx", 1)),
+        tx=machine.Pin(c.get("tx", tx)),
+        rx=machine.Pin(c.get("rx", rx)),
         rxbuf=1024,
         txbuf=1024,  # default 256: a frame of up to 1 KB goes into the ring at once
         timeout=0,  # reads: the agent polls first; writes wait per char and may still come back

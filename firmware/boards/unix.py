@@ -1,6 +1,8 @@
 # Virtual board: the MicroPython unix port (`leadwire board`). The serial "UART" is a pty whose
 # path the launcher writes into the config; there is no WLAN (the host's loopback is the network),
 # no LED and no reset cause.
+from gc import mem_free  # noqa: F401 -- lwboot's free heap
+
 KIND = "unix"
 
 

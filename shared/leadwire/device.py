@@ -17,11 +17,14 @@
 # Channel payloads (application data carried in event records; messages.decode_* read them):
 #  sample    sample number u16 (wraps), then filler up to the configured size     sample_into
 #  alarm     code u8 (messages.ALARM_*), value u32                              alarm_into
-#  health    16 bytes: uptime s u32, boots u12 << 4 | reset cause u4, heap free u16, heap
-#            low-water u16, ring overruns u16, frames dropped u16, bad frames received u16
-#            (boots wraps at 4096; the u16 values saturate at 65535)            health_into
+#  health    16 bytes: uptime s u32, boots u12 << 4 | reset cause u4, heap free h16, heap
+#            low-water h16, ring overruns u16, frames dropped u16, bad frames received u16
+#            (boots wraps at 4096; the u16 values saturate at 65535; h16: bytes below 32,768,
+#            else 0x8000 | bytes >> 8 (256-byte units, saturating at 8,388,352))  health_into
 #  auth      with auth on, after each health record on its channel: rejects forged u16,
 #            replayed u16, unsigned u16 (6 bytes, saturated)                health_into
+#  tasks     after a health record once a task has failed: restarts u16 (2 bytes, saturated)
+#                                                                           health_into
 #
 # Allocation: none, except where marked (boot and control path).
 from leadwire import wire
@@ -153,13 +156,15 @@ def alarm_into(buf, status, data):
     return 5
 
 
-def health_into(buf, data, n=1):
+def health_into(buf, data, n=1, count=3):
     """Health record from the list `data` = [boots, reset cause, uptime s, heap free, heap
     low-water, ring overruns, frames dropped, bad frames, ...] (ints below 2^30); returns 16.
-    n = 11: the auth record from data[11:14] (forged, replayed, unsigned) instead; returns 6."""
+    n > 1: a record of `count` u16 values from data[n:n + count] instead (firmware/lwagent.py:
+    the tasks record, n = 11, count 1: restarts; the auth record, n = 12: forged, replayed,
+    unsigned); returns 2 * count."""
     if n > 1:
         pos = 0
-        for n in range(n, n + 3):
+        for n in range(n, n + count):
             v = data[n] if data[n] < 0xFFFF else 0xFFFF
             buf[pos] = v >> 8
             buf[pos + 1] = v & 0xFF
@@ -170,7 +175,11 @@ def health_into(buf, data, n=1):
     pos = 4
     for n in range(1, 8):
         if n > 2:
-            v = data[n] if data[n] < 0xFFFF else 0xFFFF
+            v = data[n]
+            if n < 5 and v > 0x7FFF:  # heap bytes (h16): 256-byte units above 32 KB
+                v = 0x8000 | min(v >> 8, 0x7FFF)
+            elif v > 0xFFFF:
+                v = 0xFFFF
         if n != 2:
             buf[pos] = v >> 8
             buf[pos + 1] = v & 0xFF

@@ -271,6 +271,7 @@ HEALTH_SIZE = 16
 # that it fits any ring slot (8 and up) and the 16-byte health record is unchanged
 HEALTH_AUTH_FIELDS = ("auth_forged", "auth_replayed", "auth_unsigned")
 HEALTH_AUTH_SIZE = 6
+HEALTH_TASKS_SIZE = 2  # restarts u16: after the health record once a task has been restarted
 
 
 def decode_alarm(data):
@@ -279,11 +280,25 @@ def decode_alarm(data):
     return data[0], struct.unpack(">I", bytes(data[1:5]))[0]
 
 
+def heap_bytes(v):
+    """A health record's heap field (h16) -> bytes: exact below 32,768, else 256-byte units."""
+    return v if v < 0x8000 else (v & 0x7FFF) << 8
+
+
 def decode_health(data):
-    """Health record -> dict of HEALTH_FIELDS (layout in device.py: boots mod 4096, u16 saturated)."""
+    """Health record -> dict of HEALTH_FIELDS (layout in device.py: boots mod 4096, heap h16,
+    the other u16 saturated)."""
     _need(len(data) == HEALTH_SIZE, "health length")
     up, bc, free, low, over, dropped, bad = struct.unpack(">IHHHHHH", bytes(data))
+    free, low = heap_bytes(free), heap_bytes(low)
     return dict(zip(HEALTH_FIELDS, (bc >> 4, bc & 0xF, up, free, low, over, dropped, bad)))
+
+
+def decode_health_tasks(data):
+    """The tasks record a board sends after its health record once a task has failed and been
+    restarted (firmware/lwagent.py's supervisor) -> {"restarts": n} (u16, saturated)."""
+    _need(len(data) == HEALTH_TASKS_SIZE, "health tasks length")
+    return {"restarts": (data[0] << 8) | data[1]}
 
 
 def decode_health_auth(data):

@@ -2,6 +2,8 @@
 # UDP socket is open -- the boot-fallback tests compile it to boards/unix.mpy in a board directory.
 # On that failure it rewrites config.json, so a retry that read the file again would show it (its
 # HELLO would carry the board id "reread"). A file "fail_always" makes every attempt fail.
+from gc import mem_free  # noqa: F401 -- lwboot's free heap (boards/unix.py)
+
 KIND = "unix"
 _calls = [0]
 

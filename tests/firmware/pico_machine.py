@@ -1,5 +1,5 @@
 # A fake `machine` module for the MicroPython unix port: the parts of a Pico's machine module that
-# firmware/boards/rp2.py uses (UART, Pin, unique_id, reset_cause), with the UART on the virtual
+# the firmware uses (UART, Pin, WDT, unique_id, reset_cause, reset), with the UART on the virtual
 # board's pty (its path from config.json, as the launcher writes it). The tests copy it into a
 # board directory as machine.py, where it shadows the unix port's own (an extensible built-in).
 #
@@ -9,7 +9,6 @@
 # the file "uart.log" and the bytes each write() took to "writes.log" (one count a line), so the
 # tests read exactly what the board's code asked for and what it did with partial counts.
 import io
-import json
 
 _UID = b"\xe6\x61\x38\x52\x83\x1c\x45\x2e"
 
@@ -22,6 +21,27 @@ def reset_cause():
     return 1  # machine.PWRON_RESET
 
 
+def reset():
+    # what the board would do: start again. Here: say so in the file "resets" and end
+    with open("resets", "a") as f:
+        f.write("reset\n")
+    raise SystemExit(0)
+
+
+class WDT:
+    # the watchdog: its timeout, and every 100th feed, in the file "wdt.log"
+    def __init__(self, id=0, timeout=5000):
+        self.n = 0
+        with open("wdt.log", "a") as f:
+            f.write("timeout %d\n" % timeout)
+
+    def feed(self):
+        self.n += 1
+        if self.n % 100 == 0:
+            with open("wdt.log", "a") as f:
+                f.write("fed %d\n" % self.n)
+
+
 class Pin:
     OUT = 1
 
@@ -29,13 +49,22 @@ class Pin:
         self.a = a
 
     def value(self, v=None):
+        if v and self.a[0] == "LED":
+            try:
+                open("fatal").close()
+            except OSError:
+                return 0
+            raise OSError("injected fatal")  # a file "fatal": the LED fails (test_supervisor)
         return 0
 
 
 class UART(io.IOBase):
     def __init__(self, n, **kw):
-        with open("config.json") as f:
-            p = json.load(f)["serial"]["path"]
+        with open("config.json") as f:  # the launcher's pty: "path": "/dev/pts/N" (no json: heap)
+            t = f.read()
+        i = t.index('"path"')
+        i = t.index('"', i + 6) + 1
+        p = t[i : t.index('"', i)]
         with open("uart.log", "a") as f:
             f.write("%d %s\n" % (n, " ".join("%s=%r" % (k, kw[k]) for k in sorted(kw))))
         self.f = open(p, "r+b", buffering=0)

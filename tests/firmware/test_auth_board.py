@@ -349,11 +349,11 @@ def test_a_key_given_by_the_launcher_is_used_and_kept_across_reboots(tmp_path: P
 def test_the_auth_record_layout() -> None:
     from leadwire import device
 
-    h = [3, 1, 60, 20000, 15000, 0, 0, 2, 0, 0, 0, 7, 70000, 0]  # the agent's list with auth on
+    h = [3, 1, 60, 20000, 15000, 0, 0, 2, 0, 0, 0, 0, 7, 70000, 0]  # the agent's list with auth on
     buf = bytearray(24)
     assert device.health_into(buf, h) == messages.HEALTH_SIZE
     assert messages.decode_health(bytes(buf[:16]))["bad_frames"] == 2
-    assert device.health_into(buf, h, 11) == messages.HEALTH_AUTH_SIZE == 6
+    assert device.health_into(buf, h, 12) == messages.HEALTH_AUTH_SIZE == 6
     got = messages.decode_health_auth(bytes(buf[:6]))
     assert got == {"auth_forged": 7, "auth_replayed": 0xFFFF, "auth_unsigned": 0}  # saturated
     with pytest.raises(wire.WireError):
