@@ -7,7 +7,10 @@ since a file's last successful fsync is gone.
 How. :func:`build` compiles :data:`SHIM_C` (below, our own code, no fetched source) with the
 system C compiler into ``~/.cache/leadwire/powercut/`` and :func:`env` returns the environment
 that preloads it into a process (the bridge's store writer inherits the bridge's environment).
-In that process, for every file under ``LEADWIRE_POWERCUT_DIR`` (at any depth):
+In that process, for every file under ``LEADWIRE_POWERCUT_DIR`` (at any depth), through the calls
+SQLite's unix VFS makes (libsqlite3 imports ``open64``, ``pwrite64``, ``write``, ``ftruncate64``,
+``fdatasync``, ``close``, ``unlink``; the shim wraps those and their siblings; files opened
+read-only are not tracked, and SQLite never writes the database through a mapping):
 
 * before each ``pwrite``/``write``/``ftruncate`` the shim appends the bytes it is about to
   overwrite (and the file's size) to ``<file>.undo``; a file the process creates gets a CREATE
@@ -226,7 +229,9 @@ ssize_t write(int fd, const void *b, size_t n) {
     init();
     if (fd < 0 || fd >= MAXFD || !paths[fd]) return r_write(fd, b, n);
     pthread_mutex_lock(&mu);
-    off_t off = lseek(fd, 0, SEEK_CUR);
+    struct stat st;
+    off_t off = (fcntl(fd, F_GETFL) & O_APPEND) ? (fstat(fd, &st) == 0 ? st.st_size : -1)
+                                                : lseek(fd, 0, SEEK_CUR);
     if (off >= 0) save(fd, off, (int64_t)n);
     ssize_t r = r_write(fd, b, n);
     pthread_mutex_unlock(&mu);
