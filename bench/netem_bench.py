@@ -219,7 +219,8 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
             "received": st.get("events_all_channels", 0), "counters": res["counters"], "rto": res.get("rto"),
             "bridge_cpu_s": res["bridge_cpu_s"], "committed_in_window": res.get("committed_in_window"),
             "wall_s": res["wall_s"], "pipeline": pipeline, "ring": ring,
-            "netem": {d: {k: counts[d][k] for k in ("in", "lost")} for d in ("up", "down")}}  # fmt: skip
+            "netem": {d: {k: v for k, v in counts[d].items() if k in ("in", "lost", "in_bytes", "loss_runs")}
+                      for d in ("up", "down")}}  # fmt: skip
 
 
 def ladders(tmp: Path, transport: str, sizes: dict[int, list[int]], losses: list[float], seconds: float,
