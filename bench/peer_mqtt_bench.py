@@ -570,11 +570,23 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(ok, key=lambda r: r["rate"]) if ok else None
 
 
+def paired(res: dict[str, Any], code: str, size: int, loss: float) -> str:
+    """This tree's best acknowledged events/s over the --before code's, same size and loss: the two
+    ladders ran point by point back to back, so the load drift of a shared machine mostly cancels."""
+    if code != "now":
+        return ""
+    at = [r for r in res["ladders"] if r["size"] == size and r["loss"] == loss]
+    best_of = {c: best([r for r in at if r["code"] == c]) for c in ("now", "before")}
+    n, b = best_of["now"], best_of["before"]
+    return "%.2f" % (n["rate"] / b["rate"]) if n and b and b["rate"] else "-"
+
+
 def loss_report(res: dict[str, Any]) -> str:
     """Per size and code: lossy / lossless acknowledged events/s, highest loss-free offered rate, RTO."""
     rows = [["code", "size", "loss each way", "best ack events/s", "ratio to lossless",
              "highest offered rate with no counted loss", "ratio to lossless", "RTO samples",
-             "SRTT ms", "RTO p50 / p99 ms", "timeouts", "spurious retransmissions"]]  # fmt: skip
+             "SRTT ms", "RTO p50 / p99 ms", "timeouts", "spurious retransmissions",
+             "now / before (paired runs)"]]  # fmt: skip
     out = []
     for code in ("before", "now"):
         for size in res["sizes"]:
@@ -600,7 +612,8 @@ def loss_report(res: dict[str, Any]) -> str:
                              fmt(free) if free else "none", "%.2f" % (free / free0) if free0 else "n/a",
                              fmt(rto.get("samples")), ms(rto.get("srtt")),
                              "%s / %s" % (ms(rto.get("rto_p50")), ms(rto.get("rto_p99"))),
-                             fmt(b["counters"].get("timeouts")), fmt(rto.get("spurious"))])  # fmt: skip
+                             fmt(b["counters"].get("timeouts")), fmt(rto.get("spurious")),
+                             paired(res, code, size, loss)])  # fmt: skip
     out.append(table(rows))
     out.append(
         "\n(best = the offered rate of the ladder with the most acknowledged events/s; loss-free = no "
