@@ -46,7 +46,7 @@ from typing import Any
 
 import pytest
 
-from leadwire import codec, wire
+from leadwire import codec, messages, wire
 from leadwire.bridge import logs
 from leadwire.bridge.config import parse
 from leadwire.bridge.daemon import Bridge
@@ -89,16 +89,10 @@ class RecordingCore(SimCore):
         if f.type == wire.ACK:
             rs = self.sessions.get(f.channel)
             if rs is not None and rs.pending is not None:
-                number, status = _decode_ack(f)
+                number, status = messages.decode_ack(f)
                 if number == rs.number and 200 <= status <= 299:
                     self.acked.append((self.epoch, f.channel, number, bytes(rs.pending)))
         return super()._handle(f)
-
-
-def _decode_ack(f: codec.Frame) -> tuple[int, int]:
-    from leadwire import messages
-
-    return messages.decode_ack(f)
 
 
 class RecordTrace(Trace):
