@@ -15,10 +15,11 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
    answering a batch (EventRing.answer_into, 6 events = a 128-byte serial frame, 50 = a 1 KB frame);
    the whole poll-to-answer path (COBS scan of the POLL, wire.check, the fields, answer_into, COBS
    encode, UART.write) against the ring write alone (goal: <= 3x).
-2. Serial goodput of the real bridge (host/bridge, in this process, unchanged) polling UART0 at
-   115,200 and 921,600 baud: event payload bytes stored per second of the board's clock against the
-   line rate (baud / 10); the sensor offers about twice what the line carries (capped where the
-   CPU saturates). Beside it the board's CPU cycles per stored event (all of the agent: asyncio
+2. Serial goodput of the real bridge (host/bridge, in this process, unchanged, pipelined burst
+   POLLs) polling UART0 at 115,200 and 921,600 baud: event payload bytes (64-byte events, as
+   bench/goodput_bench.py) stored per second of the board's clock against the line rate (baud / 10);
+   the sensor offers about twice what the line carries (at most 3,000 events/s). Beside it the
+   board's CPU cycles per stored event (all of the agent: asyncio
    loop, sensors, answers, UART driver), so where the line is not reached the CPU ceiling shows.
 3. Heap with auth on (a random key; a signed client): free after boot (the agent's "ready" line),
    then heap free and low-water from its health records under load.
@@ -71,6 +72,10 @@ def bench(P, k, N, M):
     for i in range(N):
         r.write(pl, 1, %d)
     tw = time.ticks_diff(time.ticks_us(), t)
+    t = time.ticks_us()
+    for i in range(N // 20):
+        r.write_samples(pl, 1, %d, 20, i)
+    tb = time.ticks_diff(time.ticks_us(), t)
     d.scan(P, 0, len(P))
     f = d.frame
     hi = wire.seq_hi(f)
@@ -98,8 +103,8 @@ def bench(P, k, N, M):
                 while q < e:
                     q += u.write(cb, q, e - q) or 0
     tp = time.ticks_diff(time.ticks_us(), t)
-    print('BENCH', tw, ta, tp, got, gc.mem_free())
-""" % (START, EVENT, EVENT, EVENT)
+    print('BENCH', tw, ta, tp, got, tb)
+""" % (START, EVENT, EVENT, EVENT, EVENT)
 
 
 def log(msg: str) -> None:
@@ -121,15 +126,25 @@ def cycles_per_event(board: PicoBoard, quick: bool) -> list[dict[str, Any]]:
         n_writes = 600 if quick else 2000
         for k in (6, 50):
             m = (60 if quick else 200) if k == 6 else (10 if quick else 40)
-            newest = (START + n_writes - 1) & 0xFFFFFFFF
+            newest = (START + n_writes + n_writes // 20 * 20 - 1) & 0xFFFFFFFF  # write() and write_samples()
             p = poll_bytes((newest - k) & 0xFFFFFFFF, k)  # the k newest events
             text = repl.run("bench(%r, %d, %d, %d)" % (p, k, n_writes, m), timeout=900)
-            tw, ta, tp, got, _free = (int(x) for x in text.split("BENCH")[1].split())
+            tw, ta, tp, got, tb = (int(x) for x in text.split("BENCH")[1].split())
             assert got == k, (got, k)
             write = tw * HZ / 1e6 / n_writes
             answer = ta * HZ / 1e6 / (m * k)
             path = tp * HZ / 1e6 / (m * k)
-            out.append({"batch": k, "write": write, "answer": answer, "path": path, "ratio": path / write})
+            samples = tb * HZ / 1e6 / (n_writes // 20 * 20)
+            out.append(
+                {
+                    "batch": k,
+                    "write": write,
+                    "samples": samples,
+                    "answer": answer,
+                    "path": path,
+                    "ratio": path / write,
+                }
+            )
             log(
                 "pico_bench: batch %d: write %.0f, answer %.0f, path %.0f cycles/event"
                 % (k, write, answer, path)
@@ -140,24 +155,27 @@ def cycles_per_event(board: PicoBoard, quick: bool) -> list[dict[str, Any]]:
     return out
 
 
+GP_EVENT = 64  # goodput: 64-byte events, as bench/goodput_bench.py (16 B caps it at 16/19 of the line)
+
+
 def goodput(board: PicoBoard, tmp: Path, baud: int, warmup: float, seconds: float) -> dict[str, Any]:
     """Section 2: the bridge polling UART0 at `baud`; figures on the board's clock."""
     line = baud / 10
-    hz = min(int(2 * line / (EVENT + 3)), 2000)  # twice the line, within what the sensor task can do
+    hz = min(int(2 * line / (GP_EVENT + 3)), 3000)  # twice the line, within what the sensor task can do
     cfg = {
         "id": "bench",
         "auth": False,
         "ring": 512,
-        "slot": EVENT,
+        "slot": GP_EVENT,
         "health": {"ms": 0},
         "report": {"bytes": 64},
         "udp": False,
         "serial": {"frame": 1024, "baud": baud},
-        "sensors": [{"ch": 1, "hz": hz, "size": EVENT}],
+        "sensors": [{"ch": 1, "hz": hz, "size": GP_EVENT}],
     }
     configure(board, cfg)
     db = tmp / ("goodput-%d.db" % baud)
-    burst_s = 512 * (EVENT + 3) * 10 / baud
+    burst_s = 512 * (GP_EVENT + 3) * 10 / baud
     # the bridge's timeouts are wall time: the emulator runs at ~0.3x when busy
     doc = bridge_doc(db, {"serial": board.port, "baud": baud}, 1000, round(4 * (2 * burst_s + 0.5), 2))
     doc["polling"]["pipeline"] = True  # the next POLL goes out before the burst ends: hides latency
@@ -175,9 +193,9 @@ def goodput(board: PicoBoard, tmp: Path, baud: int, warmup: float, seconds: floa
         "wall_s": seconds,
         "stored": stored,
         "lost": lost,
-        "goodput": stored * EVENT / board_s,
+        "goodput": stored * GP_EVENT / board_s,
         "line": line,
-        "ratio": stored * EVENT / board_s / line,
+        "ratio": stored * GP_EVENT / board_s / line,
         "busy": cycles / (board_s * HZ),
         "cycles_per_event": cycles / stored if stored else None,
         "failed": res["failed"],
@@ -239,12 +257,15 @@ def report(cyc: list[dict[str, Any]], gp: list[dict[str, Any]], heap: dict[str, 
         "1. cycles per event on the board's clock (16-byte events; ring write = EventRing.write)",
         "",
     ]
-    lines.append("| batch | ring write | answer_into | whole poll-to-answer path | path / write |")
-    lines.append("|---|---|---|---|---|")
+    lines.append(
+        "| batch | ring write | sensor batch write (20 per call) | answer_into | whole poll-to-answer path "
+        "| path / write |"
+    )
+    lines.append("|---|---|---|---|---|---|")
     for c in cyc:
         lines.append(
-            "| %d events | %.0f | %.0f | %.0f | %.2fx |"
-            % (c["batch"], c["write"], c["answer"], c["path"], c["ratio"])
+            "| %d events | %.0f | %.0f | %.0f | %.0f | %.2fx |"
+            % (c["batch"], c["write"], c["samples"], c["answer"], c["path"], c["ratio"])
         )
     lines += ["", "2. serial goodput of the bridge over UART0, on the board's clock", ""]
     lines.append(
