@@ -527,6 +527,9 @@ def build_tables(
                 "cw": T.transform_channel_windows(rows),
                 "lat_dev": T.transform_device_latency(values),
                 "lat": T.transform_latency_counts(values),
+                # the rows that disagree with the bridge: none or few (a broken bridge: many, and
+                # kept on the executors like everything here)
+                "mm": T.transform_mismatches(rows),
             }
         )
     )
@@ -540,6 +543,7 @@ def build_tables(
     fleet_latency = T.transform_fleet_latency(lat)
     return {
         "_by_device": dev,
+        "_mismatches": T.transform_unstack(stage, "mm", T.MISMATCH_COLS),
         "channel_windows": cw,
         "lead_histogram": T.transform_lead_histogram(cw),
         "recoveries": rec,
@@ -755,9 +759,7 @@ def _run(
     try:
         with prog.stage("load %s" % out_dir):
             os.makedirs(local_dir, exist_ok=True)
-            mismatch_rows, head = _mismatches(
-                spark, inputs, out_dir, dates, window_seconds, devices, n_mismatch
-            )
+            mismatch_rows, head = _mismatches(spark, tables["_mismatches"], out_dir, n_mismatch)
             collected: dict[str, Any] = dict(small)
             if head is not None:
                 collected["mismatches"] = head
@@ -812,32 +814,17 @@ def _small_partitions(spark: SparkSession) -> str | None:
     return old
 
 
-def _mismatches(
-    spark: SparkSession,
-    inputs: Inputs,
-    out_dir: str,
-    dates: DateRange,
-    window_seconds: int,
-    devices: Any,
-    n_mismatch: int,
-) -> tuple[int, Any]:
-    """Write the rows that disagree with the bridge to OUT/mismatches/ (executors); return their
-    count and the first MISMATCH_CSV_ROWS of them for the report. The per-arrival plan runs once
-    more here, only when the bridge disagrees, and only for the devices with mismatches (lead
-    domains never span devices)."""
+def _mismatches(spark: SparkSession, mm: DataFrame, out_dir: str, n_mismatch: int) -> tuple[int, Any]:
+    """Write the rows that disagree with the bridge (computed with the stage, no second pass) to
+    OUT/mismatches/ (executors); return their count and the first MISMATCH_CSV_ROWS of them,
+    sorted on the driver, for the report."""
     path = _join(out_dir, "mismatches")
     if not n_mismatch:
         _delete(spark, path)  # a stale earlier run
         return 0, None
-    bad = [r["device_id"] for r in devices.to_pylist() if r["lead_mismatches"] or r["dup_flag_mismatches"]]
-    bad_in = Inputs(inputs.arrivals.where(F.col("device_id").isin(bad)), inputs.losses, inputs.boots)
-    T.transform_mismatches(transform_rows(bad_in, window_seconds, dates)).write.mode("overwrite").parquet(
-        path
-    )
-    written = spark.read.parquet(path)
-    n = written.count()
-    # the first rows as the executors wrote them (all of them when few), sorted on the driver
-    head = written if n <= MISMATCH_CSV_ROWS else written.limit(MISMATCH_CSV_ROWS)
+    mm.write.mode("overwrite").parquet(path)
+    n = mm.count()
+    head = mm if n <= MISMATCH_CSV_ROWS else mm.limit(MISMATCH_CSV_ROWS)
     return n, _sorted(head.toArrow(), [*T.LEAD_KEY, "arrival"])
 
 

@@ -73,7 +73,7 @@ def run_oracle(
     )
     q(
         """CREATE TEMP TABLE a AS SELECT device_id, boot_epoch, kind, session, lead_channel, channel, seq,
-        arrival, lead, duplicate, retransmission, firmware_version, transport, payload_bytes,
+        arrival, bridge_id, lead, duplicate, retransmission, firmware_version, transport, payload_bytes,
         epoch_us(host_rx_ts) AS rx_us,
         epoch_us(host_commit_ts) - epoch_us(host_rx_ts) AS commit_us,
         epoch_us(host_rx_ts) - epoch_us(gen_ts) AS e2e_us,
@@ -84,18 +84,18 @@ def run_oracle(
     q(
         """CREATE TEMP TABLE l1 AS SELECT *, row_number() OVER w AS pos,
         CASE WHEN lag(seq) OVER w IS NULL THEN seq ELSE wrapd(seq - lag(seq) OVER w) END AS step
-        FROM a WINDOW w AS (PARTITION BY %s ORDER BY arrival)"""
+        FROM a WINDOW w AS (PARTITION BY %s ORDER BY arrival, bridge_id)"""
         % KEY
     )
     q(
-        """CREATE TEMP TABLE l2 AS SELECT *, CAST(sum(step) OVER (PARTITION BY %s ORDER BY arrival
+        """CREATE TEMP TABLE l2 AS SELECT *, CAST(sum(step) OVER (PARTITION BY %s ORDER BY arrival, bridge_id
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS useq FROM l1"""
         % KEY
     )
     q(
-        """CREATE TEMP TABLE l3 AS SELECT *, coalesce(useq - max(useq) OVER (PARTITION BY %s ORDER BY arrival
-        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 1) AS lead_calc,
-        row_number() OVER (PARTITION BY %s, useq ORDER BY arrival) > 1 AS dup_calc FROM l2"""
+        """CREATE TEMP TABLE l3 AS SELECT *, coalesce(useq - max(useq) OVER (PARTITION BY %s
+        ORDER BY arrival, bridge_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 1) AS lead_calc,
+        row_number() OVER (PARTITION BY %s, useq ORDER BY arrival, bridge_id) > 1 AS dup_calc FROM l2"""
         % (KEY, KEY)
     )
     # overtaker of a late row = the earliest arrival among all higher seqs of the domain
@@ -103,7 +103,7 @@ def run_oracle(
         """CREATE TEMP TABLE l4 AS SELECT *,
         min(pos) OVER ws AS over_pos, arg_min(rx_us, pos) OVER ws AS over_rx,
         min(useq) OVER (PARTITION BY %s) AS min_useq
-        FROM l3 WINDOW ws AS (PARTITION BY %s ORDER BY useq DESC, arrival ASC
+        FROM l3 WINDOW ws AS (PARTITION BY %s ORDER BY useq DESC, arrival ASC, bridge_id ASC
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"""
         % (KEY, KEY)
     )

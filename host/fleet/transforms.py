@@ -48,11 +48,16 @@ LEAD_BUCKETS: tuple[tuple[str, int | None, int | None], ...] = (
     (">=100", 100, None),
 )
 
+# Order within a lead domain: (arrival, bridge_id). `arrival` is one store's per-device counter;
+# a device that moved between bridge shards has rows of two stores whose counters are unrelated,
+# and bridge_id makes their order deterministic (equal counters: the smaller bridge_id first).
+ARRIVAL_ORDER = ["arrival", "bridge_id"]
 ARRIVAL_COLS = [
     *LEAD_KEY,
     "channel",
     "seq",
     "arrival",
+    "bridge_id",
     "lead",
     "duplicate",
     "retransmission",
@@ -171,6 +176,7 @@ def transform_arrivals(arrivals: DataFrame, window_seconds: int = 3600) -> DataF
         "channel",
         "seq",
         "arrival",
+        "bridge_id",
         "lead",
         "duplicate",
         "retransmission",
@@ -205,7 +211,7 @@ def transform_leads(df: DataFrame) -> DataFrame:
     # The domain's hash goes first in the partitioning: exact (all key columns follow), but the
     # sort compares a long prefix instead of strings.
     df = df.select(*DOMAIN_COLS, F.xxhash64(*LEAD_KEY).alias("domain_hash"))
-    by_arrival = Window.partitionBy("domain_hash", *LEAD_KEY).orderBy("arrival")
+    by_arrival = Window.partitionBy("domain_hash", *LEAD_KEY).orderBy(*ARRIVAL_ORDER)
     running = by_arrival.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = by_arrival.rowsBetween(Window.unboundedPreceding, -1)
     prev = F.col("_prev")
@@ -229,7 +235,7 @@ def transform_order(df: DataFrame) -> DataFrame:
     the nearest earlier row with lead > 0 is the arrival that first overtook it.
     """
     by_seq = Window.partitionBy("domain_hash", *LEAD_KEY).orderBy(
-        F.col("useq").desc(), F.col("arrival").asc()
+        F.col("useq").desc(), *(F.col(c).asc() for c in ARRIVAL_ORDER)
     )
     above_rows = by_seq.rowsBetween(Window.unboundedPreceding, -1)
     whole = by_seq.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)

@@ -1,8 +1,8 @@
 """Date ranges, incremental days and a non-local Hadoop filesystem, on one small synthetic export.
 
-* Edges: a run over one day (--day D) counts the rows of D exactly as the full run does, although
-  report sessions, boots, duplicates and late arrivals cross the cuts (the test checks that they
-  do, and that a run reading no margin around the cut gets them wrong).
+* Edges: a run over one day (--from D --to D) counts the rows of D exactly as the full run does,
+  although report sessions, boots, duplicates and late arrivals cross the cuts (the test checks
+  that they do, and that a run reading no margin around the cut gets them wrong).
 * Incremental: the union of the daily runs into one --out equals the full run; re-running a day
   replaces that day's partitions only; --daily goes on from the last date seen.
 * Hadoop URIs: input and output on viewfs:// (a non-file scheme: Hadoop's ViewFileSystem with a
@@ -68,14 +68,12 @@ def test_the_cuts_cross_sessions_boots_duplicates_and_late_arrivals(export: Path
     assert day2["duplicate"].sum() > 0 and (day2["lead"] < 0).sum() > 0
 
 
-def test_one_day_equals_the_full_run_on_that_day(spark: SparkSession, export: Path, full: tuple) -> None:
+def test_one_day_without_margins_is_wrong(spark: SparkSession, export: Path, full: tuple) -> None:
+    # (with the margins every day equals the full run on that day: test_union_of_daily_runs...)
+    # reading only the day itself, first arrivals of crossing sessions get lead 1, duplicates of
+    # rows before the cut count as unique, the first boot of the day is no restart
     out, _ = full
     day = DAYS[1]
-    one = export.parent / "day2"
-    run_job(str(export), str(one), spark, progress=False, report=False, date_from=day, date_to=day)
-    assert compare_tables(_dated(one), _dated(out, day), TABLE_ORDER) == []
-    # without the margins (no history before the cut, nothing after it) the same day is wrong:
-    # first arrivals of crossing sessions get lead 1, the first boot of the day is no restart
     naive = export.parent / "naive"
     run_job(
         str(export),
@@ -98,6 +96,9 @@ def test_union_of_daily_runs_equals_the_full_run(spark: SparkSession, export: Pa
     daily = export.parent / "daily"
     for day in DAYS:
         run_job(str(export), str(daily), spark, progress=False, report=False, date_from=day, date_to=day)
+        # each day equals the full run on that day, although sessions, boots, duplicates and
+        # late arrivals cross the cuts (test_the_cuts_cross_...)
+        assert compare_tables(_dated(daily, day), _dated(out, day), TABLE_ORDER) == [], day
     assert compare_tables(_dated(daily), _dated(out), TABLE_ORDER) == []
     # a re-run of day 2 replaces day 2's files and leaves the other days' files alone
     cw = daily / "parquet" / "channel_windows.parquet"

@@ -392,3 +392,25 @@ def test_per_arrival_plan_shuffles_the_arrivals_once(spark: SparkSession) -> Non
     assert plan.count("Exchange") == 1, plan
     assert "hashpartitioning(device_id" in plan
     assert sorted(r["messages"] for r in cw.collect()) == [2, 4]
+
+
+def test_a_device_that_moved_between_bridge_shards_orders_by_arrival_then_bridge(spark: SparkSession) -> None:
+    # each store counts arrivals per device on its own: the new shard's counter starts again at 1.
+    # Rows with equal counters order by bridge_id (deterministic; docs/fleet.md says so), so the
+    # move shows as reordering, the same in every run and in the DuckDB oracle.
+    old = stream([10, 11, 12], device_id="moved", bridge_id="shard-a")
+    new = stream([13, 14], device_id="moved", bridge_id="shard-b", t0=T0 + 10 * H)
+    rows = rows_of(spark, new + old)
+    assert_rows(
+        spark,
+        rows,
+        ["bridge_id", "arrival", "useq", "lead_calc", "dup_calc", "late"],
+        [
+            ("shard-a", 1, 10, 1, False, False),
+            ("shard-b", 1, 13, 3, False, False),
+            ("shard-a", 2, 11, -2, False, True),
+            ("shard-b", 2, 14, 1, False, False),
+            ("shard-a", 3, 12, -2, False, True),
+        ],
+        ["pos"],
+    )
