@@ -63,3 +63,18 @@ def test_no_ssid_no_network_module_touched(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.delitem(sys.modules, "wlan", raising=False)
         assert b.network({}) is None and b.network({"ssid": ""}) is None
         assert "wlan" not in sys.modules
+
+
+@pytest.mark.parametrize("largest,expected", [(100_000, 150_000 - 40960), (30_000, 150_000 - 30_000)])
+def test_esp32_ring_check_leaves_wifi_its_idf_ram(
+    monkeypatch: pytest.MonkeyPatch, largest: int, expected: int
+) -> None:
+    # gc.mem_free() 150,000 counts the largest free IDF block; 40 KB of it (or all, if smaller)
+    # is left to Wi-Fi and lwIP (issue 14, point 6)
+    b, _ = board("esp32", monkeypatch)
+    e = types.ModuleType("esp32")
+    e.HEAP_DATA = 4  # type: ignore[attr-defined]
+    e.idf_heap_info = lambda caps: [(200_000, 60_000, 20_000, 0), (120_000, largest, largest, 0)]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "esp32", e)
+    monkeypatch.setattr(b.gc, "mem_free", lambda: 150_000)
+    assert b.mem_free() == expected
