@@ -140,6 +140,22 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "input not found" in res.output
 
 
+def test_cli_takes_uris_and_one_range_option(tmp_path: Path) -> None:
+    from leadwire.fleet.cli import _check_input, fleet
+
+    # a non-local URI is not checked on the local disk (Spark checks it); file: URIs are
+    assert _check_input("hdfs://namenode/leadwire/export", str(tmp_path / "o")) is None
+    assert _check_input("file://" + str(tmp_path / "none"), "s3a://b/o") == "input not found: file://%s" % (
+        tmp_path / "none"
+    )
+    args = ["--input", "hdfs://nn/x", "--out", "hdfs://nn/o", "--since", "2026-01-01", "--day", "2026-01-02"]
+    res = CliRunner().invoke(fleet, args)
+    assert (
+        res.exit_code == 2
+        and res.output == "leadwire fleet: use one of --from/--to, --since, --day, --daily\n"
+    )
+
+
 def test_spark_submit_entry_runs_as_a_script_without_leadwire_installed(tmp_path: Path) -> None:
     # -S: no site hooks, so the editable leadwire install is invisible; pyspark still imports
     env: dict[str, Any] = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
