@@ -524,12 +524,9 @@ def build_tables(
     stage = cut(
         T.transform_stack(
             {
-                "cw": T.transform_channel_windows(rows),
+                "cw": T.transform_channel_windows(rows, with_mismatches=True),
                 "lat_dev": T.transform_device_latency(values),
                 "lat": T.transform_latency_counts(values),
-                # the rows that disagree with the bridge: none or few (a broken bridge: many, and
-                # kept on the executors like everything here)
-                "mm": T.transform_mismatches(rows),
             }
         )
     )
@@ -543,7 +540,11 @@ def build_tables(
     fleet_latency = T.transform_fleet_latency(lat)
     return {
         "_by_device": dev,
-        "_mismatches": T.transform_unstack(stage, "mm", T.MISMATCH_COLS),
+        # the rows that disagree with the bridge (usually none) came with the channel windows:
+        # a second consumer of the per-arrival rows would run their window sorts twice
+        "_mismatches": T.transform_window_mismatches(
+            T.transform_unstack(stage, "cw", [*T.CHANNEL_WINDOW_COLS, "mismatch_rows"])
+        ),
         "channel_windows": cw,
         "lead_histogram": T.transform_lead_histogram(cw),
         "recoveries": rec,

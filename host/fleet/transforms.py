@@ -291,10 +291,20 @@ def _bucket_label(order: Column) -> Column:
 
 
 # ------------------------------------------------------------------------------------ aggregates
-def transform_channel_windows(rows: DataFrame) -> DataFrame:
+def transform_channel_windows(rows: DataFrame, with_mismatches: bool = False) -> DataFrame:
     """Per device, kind, channel, firmware, transport and time window: the counting metrics, and the
-    lead histogram (lead_hist_<i> counts leads in LEAD_BUCKETS[i])."""
+    lead histogram (lead_hist_<i> counts leads in LEAD_BUCKETS[i]).
+
+    with_mismatches: one more column, `mismatch_rows`, the MISMATCH_COLS structs of the window's
+    rows that disagree with the bridge (usually empty), so that they come out of the same pass
+    over the per-arrival rows (transform_window_mismatches takes them out)."""
     lead = F.col("lead_calc")
+    bad = (F.col("lead") != lead) | (F.col("duplicate") != F.col("dup_calc"))
+    extra = (
+        [F.collect_list(F.when(bad, F.struct(*MISMATCH_COLS))).alias("mismatch_rows")]
+        if with_mismatches
+        else []
+    )
     bucket = lead_bucket_order(lead)
     late = F.col("late")
     return (
@@ -322,10 +332,16 @@ def transform_channel_windows(rows: DataFrame) -> DataFrame:
             _n(F.col("lead") != lead).alias("lead_mismatches"),
             F.sum("payload_bytes").cast("long").alias("payload_bytes"),
             *(_n(bucket == i).alias(c) for i, c in enumerate(HIST_COLS)),
+            *extra,
         )
         .withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
-        .select(*CHANNEL_WINDOW_COLS)
+        .select(*CHANNEL_WINDOW_COLS, *(["mismatch_rows"] if with_mismatches else []))
     )
+
+
+def transform_window_mismatches(cw: DataFrame) -> DataFrame:
+    """The mismatching rows carried by transform_channel_windows(..., with_mismatches=True)."""
+    return cw.select(F.explode("mismatch_rows").alias("m")).select("m.*").select(*MISMATCH_COLS)
 
 
 def transform_lead_histogram(cw: DataFrame) -> DataFrame:
