@@ -63,6 +63,27 @@ class BoardError(RuntimeError):
     """The virtual board did not come up (its console tells why)."""
 
 
+class _Stop(Exception):
+    """SIGTERM or SIGINT while the launcher starts a board."""
+
+
+class _Spawning:
+    """While a board process is spawned and recorded, `leadwire board`'s stop signal waits: a _Stop
+    raised inside Popen would lose the child (left running). The signal is acted on right after."""
+
+    active = False
+    pending = False
+
+    def __enter__(self) -> None:
+        _Spawning.active = True
+
+    def __exit__(self, *exc: object) -> None:
+        _Spawning.active = False
+        if _Spawning.pending and exc[0] is None:
+            _Spawning.pending = False
+            raise _Stop
+
+
 class _Relay:
     """Two ptys joined back to back: the board's end (raw) and the host's end (`port`). (For the
     emulated Pico the board's end is a socket to the emulator instead of a pty.)
@@ -247,15 +268,16 @@ class VirtualBoard:
         cmd = [tool("micropython"), "-X", "heapsize=" + self.heap]
         if self.transport == "repl":
             assert self.relay is not None
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=self.dir,
-                env=env,
-                stdin=self.relay.s_board,
-                stdout=self.relay.s_board,
-                stderr=self.relay.s_board,
-                start_new_session=True,
-            )
+            with _Spawning():
+                self.proc = subprocess.Popen(
+                    cmd,
+                    cwd=self.dir,
+                    env=env,
+                    stdin=self.relay.s_board,
+                    stdout=self.relay.s_board,
+                    stderr=self.relay.s_board,
+                    start_new_session=True,
+                )
             got = self.relay.read_board_until(b">>> ", timeout)
             if b">>> " not in got:
                 self.power_off()
@@ -264,7 +286,7 @@ class VirtualBoard:
             return
         log = self.dir / "console.log"
         self._console_at = log.stat().st_size if log.exists() else 0
-        with log.open("ab") as out:
+        with log.open("ab") as out, _Spawning():
             self.proc = subprocess.Popen(
                 [*cmd, "main.py"],
                 cwd=self.dir,
@@ -559,7 +581,7 @@ class PicoBoard:
                "--bootrom", str(self.bootrom), "--repl-fd", str(repl_b.fileno()),
                "--uart0-fd", str(uart_b.fileno()), "--fs-image", str(self.dir / "flash-fs.bin"),
                "--uid", self.uid, "--speed", str(self.speed)]
-        with (self.dir / "emulator.log").open("ab") as err:
+        with (self.dir / "emulator.log").open("ab") as err, _Spawning():
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                 pass_fds=(repl_b.fileno(), uart_b.fileno()), start_new_session=True,
@@ -682,10 +704,6 @@ def _heap_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
-class _Stop(Exception):
-    """SIGTERM or SIGINT while the launcher starts a board."""
-
-
 @click.command()
 @click.option("--kind", type=click.Choice(["unix", "pico"]), default="unix", show_default=True,
               help="unix: the firmware on the MicroPython unix port; pico: an emulated Raspberry Pi Pico "
@@ -729,6 +747,9 @@ def board(
     def stop(*_: object) -> None:
         if not stopping.is_set():
             stopping.set()
+            if _Spawning.active:  # acted on once the board process is recorded
+                _Spawning.pending = True
+                return
             raise _Stop  # while starting: abandon the start (its processes are stopped)
 
     signal.signal(signal.SIGTERM, stop)
