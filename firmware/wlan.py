@@ -27,7 +27,8 @@ def join(c):
 
 async def keep(w, c, h):
     # Every 5 s: connected, or an attempt under way (status() STAT_CONNECTING: a connect() now
-    # would break it, on ESP32 with "Wifi Internal Error"), nothing to do; else join again, the
+    # would break it, on ESP32 with "Wifi Internal Error"; on ESP32 a disconnected status() is
+    # the reason code, 2 included), nothing to do; else join again, the
     # next check 5, 10, 20 .. 60 s later while it fails. An OSError from connect() (ESP32: "Wifi
     # Internal Error" during the driver's own attempt) is said and retried; any other failure of
     # a check (a MemoryError) is counted in the agent's health list h (lwagent's _RESTARTS, 11)
@@ -41,8 +42,9 @@ async def keep(w, c, h):
             if w.isconnected():
                 d = 5
                 continue
-            if w.status() == network.STAT_CONNECTING:
-                continue
+            s = w.status()
+            if s == network.STAT_CONNECTING or (s == 2 and network.STAT_CONNECTING == 1):
+                continue  # under way (Pico W's CYW43: 1 joining, 2 joined and waiting for DHCP)
             print("wlan: link down, re-joining")
             d = min(d * 2, 60)
             w.connect(c.get("ssid"), c.get("key", ""))

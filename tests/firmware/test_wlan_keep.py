@@ -52,8 +52,12 @@ def mp(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 @pytest.fixture
 def wlan(mp: pytest.MonkeyPatch) -> types.ModuleType:
+    return load_wlan(mp, STAT_CONNECTING)
+
+
+def load_wlan(mp: pytest.MonkeyPatch, connecting: int) -> types.ModuleType:
     net = types.ModuleType("network")
-    net.STAT_CONNECTING = STAT_CONNECTING  # type: ignore[attr-defined]
+    net.STAT_CONNECTING = connecting  # type: ignore[attr-defined]
     mp.setitem(sys.modules, "network", net)
     spec = importlib.util.spec_from_file_location("lw_wlan_under_test", WLAN)
     assert spec is not None and spec.loader is not None
@@ -105,3 +109,16 @@ def test_keep_counts_other_failures_and_goes_on(wlan: types.ModuleType, mp: pyte
     sleeps = run_checks(wlan, st, h, mp)
     assert h[RESTARTS] == 1 and len(st.joins) == 2  # counted once, and the next check joins again
     assert sleeps == [5, 10, 20, 5]
+
+
+def test_keep_waits_for_dhcp_on_a_pico_w(mp: pytest.MonkeyPatch) -> None:
+    # CYW43: STAT_CONNECTING is 1 (joining); 2 is joined, waiting for an address: both under way.
+    # On ESP32 a disconnected station's status() is the reason code (2: auth expired): join again.
+    pico = load_wlan(mp, 1)
+    st = Station([(False, 1, None), (False, 2, None), (False, 0, None), (True, 3, None)])
+    assert run_checks(pico, st, [0] * 12, mp) == [5, 5, 5, 10, 5]
+    assert len(st.joins) == 1  # only when the link was down (0)
+    esp = load_wlan(mp, STAT_CONNECTING)
+    st = Station([(False, 2, None), (True, 1010, None)])
+    run_checks(esp, st, [0] * 12, mp)
+    assert len(st.joins) == 1
