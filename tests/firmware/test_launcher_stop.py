@@ -104,3 +104,17 @@ def test_signal_while_starting_leaves_nothing_running(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
         p.wait(5)
+
+
+def test_pico_without_firmware_says_what_to_download(tmp_path: Path) -> None:
+    """`leadwire board --kind pico` with no UF2 / boot ROM: one line naming what to get, exit 2."""
+    for args, what in (
+        (["--firmware", str(tmp_path / "none.uf2")], "download the RPI_PICO UF2"),
+        (["--firmware", __file__, "--bootrom", str(tmp_path / "none.bin")], "rp2040js's repository"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "leadwire.cli", "board", "--kind", "pico", *args],
+            capture_output=True, text=True, timeout=30,
+        )
+        assert r.returncode == 2 and r.stdout == ""
+        assert len(r.stderr.strip().splitlines()) == 1 and what in r.stderr, r.stderr
