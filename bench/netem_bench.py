@@ -15,9 +15,10 @@ Run: .venv/bin/python bench/netem_bench.py [--seconds 10] [--seed 1] [--before R
    highest offered rate with no counted loss, and the RTO statistics (host/bridge/rtt.py).
 4. serial: the same over a pty at 1 Mbaud (netem's line rate), byte loss (runs of 1..16 bytes)
    at the per-byte rate that loses 1% and 5% of 1,000-byte frames.
-5. fleet: 1,000 simulated devices (tools/simdevice.py) at 10 Hz fixed polling, each behind its own
-   netem proxy at 1% loss each way, the bridge in a process: polls answered per second per device
-   (mean, lowest) and timeouts, against the same without loss.
+5. fleet: 1,000 simulated devices (tools/simdevice.py) at 10 Hz fixed polling, 1% of the datagrams
+   dropped each way by nftables in a private network namespace (as root; 1,000 netem proxies in
+   one Python process carry only ~5 polls/s per device here: --fleet-proxies), the bridge in a
+   process: polls answered per second per device (mean, lowest) and timeouts, and without loss.
 With --before REF every leadwire run is made twice, with the bridge code of git ref REF (same
 board, same proxy) and with this tree's: before/after from one run.
 """
