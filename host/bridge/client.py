@@ -511,10 +511,11 @@ class DeviceClient:
                     f.message_id == pc.tag
                     and pc.burst_done
                     and self.outstanding == REQ_POLL
-                    and (t == wire.EVENTS or pc.repoll)
+                    and (t == wire.EVENTS or pc.repoll or pc.n != pc.poll_n)
                 ):
                     # a frame of the current burst went missing, or the burst before a pipelined
-                    # POLL did not end where predicted: poll again from n at once
+                    # POLL did not end where predicted, or n moved on while the POLL was out (held
+                    # frames of an earlier burst were taken): poll again from n at once
                     self.outstanding = 0
                     self.next_delay = 0.0
                     return True

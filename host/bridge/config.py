@@ -35,7 +35,7 @@ class PollConfig:
     frames: int = 1  # answer frames per POLL (a burst, docs/protocol.md); >1 needs burst-aware devices
     pipeline: bool = True  # with frames > 1: the next POLL goes out from a burst's predicted end
     timeout: float = 0.25  # ceiling of the retransmission timeout (RTO, rtt.py) and the RTO before a sample
-    rto_min: float = 0.02  # floor of the RTO (a serial link's floor is at least its line time, rtt.py)
+    rto_min: float = 0.1  # floor of the RTO (a serial link's floor is at least its line time, rtt.py)
     backoff_max: float = 5.0  # bound of the exponential backoff after transport errors
     hello_interval: float = 10.0  # periodic HELLO: catches restarts of devices with empty rings
     ack_timeout: float = 1.0  # SUBSCRIBE not acknowledged within this: send it again
@@ -289,7 +289,7 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
         frames=_int(pl, "frames", w, 1, 1, 32),
         pipeline=_bool(pl, "pipeline", w, True),
         timeout=_num(pl, "timeout", w, 0.25, 0.001, 60.0),
-        rto_min=_num(pl, "rto_min", w, 0.02, 0.0, 60.0),
+        rto_min=_num(pl, "rto_min", w, 0.1, 0.0, 60.0),
         backoff_max=_num(pl, "backoff_max", w, 5.0, 0.001, 3600.0),
         hello_interval=_num(pl, "hello_interval", w, 10.0, 0.1, 86400.0),
         ack_timeout=_num(pl, "ack_timeout", w, 1.0, 0.01, 60.0),

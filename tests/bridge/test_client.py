@@ -136,13 +136,13 @@ def test_restart_of_an_empty_ring_found_by_periodic_hello() -> None:
 
 
 def test_transport_error_polls_the_same_n_with_bounded_backoff() -> None:
-    poll = PollConfig(batch=16, timeout=0.1, backoff_max=0.4)
+    poll = PollConfig(batch=16, timeout=0.1, backoff_max=0.4, rto_min=0.01)
     cl, core, d = make_client(poll=poll, capacity=16, start=40)
     core.write_events(2)
     d.run(3)
     assert cl.n == 41
-    # the driver answers in zero time: SRTT 0, RTO = max(rto_min, 0 + G) = the 20 ms floor
-    assert cl.rtt.samples == 3 and cl.rtt.srtt == 0.0 and cl.rto == 0.02
+    # the driver answers in zero time: SRTT 0, RTO = max(rto_min, 0 + G) = the 10 ms floor
+    assert cl.rtt.samples == 3 and cl.rtt.srtt == 0.0 and cl.rto == 0.01
     core.write_events(1)
     rtos = []
     for _ in range(6):
@@ -153,12 +153,12 @@ def test_transport_error_polls_the_same_n_with_bounded_backoff() -> None:
     # after 3 silent rounds the client also asks HELLO (a restart?); n is never changed
     assert all(r.seq == 41 for r in polls if r.type == wire.POLL)
     # the RTO doubles on each timeout in a row, up to the ceiling (polling.timeout = 0.1)
-    assert rtos == [0.02, 0.04, 0.08, 0.1, 0.1, 0.1]
+    assert rtos == [0.01, 0.02, 0.04, 0.08, 0.1, 0.1]
     # the first two retries go out as soon as the RTO expired; then a bounded backoff
     assert d.delays[-6:] == [0.0, 0.0, 0.05, 0.1, 0.2, 0.4]
     assert cl.dc["timeouts"] == 6 and cl.n == 41 and cl.rtt.timeouts == 6
     d.run(3)
-    assert cl.rto == 0.02  # a sample clears the back-off
+    assert cl.rto == 0.01  # a sample clears the back-off
     assert offsets(cl)[-1] == 42 and len(cl.out_events) == 3
 
 

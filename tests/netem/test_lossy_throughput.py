@@ -37,8 +37,9 @@ async def run(tmp: Path, name: str, loss: float) -> dict[str, Any]:
     doc = {
         "bridge": {"id": name, "metrics": ""},
         "store": {"path": str(tmp / (name + ".db")), "commit_interval": 0.05, "writer": "thread"},
+        # rto_min 5 ms: a loopback link (the default floor, 0.1 s, is for loaded hosts and real links)
         "polling": {"batch": 16, "frames": 4, "interval": 0.005, "interval_min": 0.0,
-                    "interval_max": 0.02, "timeout": 0.2, "backoff_max": 0.5},
+                    "interval_max": 0.02, "timeout": 0.2, "backoff_max": 0.5, "rto_min": 0.005},
         "device": [{"id": dev["id"], "udp": "%s:%d" % imp.address, "auth": False}],
     }  # fmt: skip
     b = Bridge(parse(doc), logs.setup("error"))
