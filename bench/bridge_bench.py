@@ -54,6 +54,7 @@ from leadwire.bridge.client import DeviceClient
 from leadwire.bridge.config import DeviceConfig, PollConfig, parse
 from leadwire.bridge.daemon import Bridge
 from leadwire.bridge.store import SEG_EVENT, Batch, Store, drain
+from leadwire.bridge.store_baseline import PlainEvents, Schema1
 from leadwire.bridge.writer import StoreProcess
 from leadwire.tools.fleetsim import Fleet
 from leadwire.tools.procstat import cpu_seconds
@@ -96,34 +97,13 @@ def order(rows: int, devices: int = 100) -> list[tuple[int, int]]:
 def sqlite_plain(tmp: Path, rows: int) -> float:
     data = bytes(PAYLOAD)
     ev = [(d, 7, o, 1 + i % 3, 0, data, i + 1) for i, (d, o) in enumerate(order(rows))]
-    conn = sqlite3.connect(fresh(tmp / "plain.db"), isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute(
-        "CREATE TABLE events(dev INTEGER, boot_epoch INTEGER, offset INTEGER, channel INTEGER,"
-        " priority INTEGER, data BLOB, arrival INTEGER, PRIMARY KEY(dev, boot_epoch, offset)) WITHOUT ROWID"
-    )
+    store = PlainEvents(fresh(tmp / "plain.db"))
     t0 = time.perf_counter()
     for i in range(0, rows, ROW_BATCH):
-        conn.execute("BEGIN")
-        conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?)", ev[i : i + ROW_BATCH])
-        conn.execute("COMMIT")
+        store.write(ev[i : i + ROW_BATCH])
     rate = rows / (time.perf_counter() - t0)
-    conn.close()
+    store.close()
     return rate
-
-
-_V1 = """
-CREATE TABLE events(dev INTEGER NOT NULL, boot_epoch INTEGER NOT NULL, offset INTEGER NOT NULL,
-    channel INTEGER NOT NULL, priority INTEGER NOT NULL, data BLOB NOT NULL, arrival INTEGER NOT NULL,
-    PRIMARY KEY(dev, boot_epoch, offset)) WITHOUT ROWID;
-CREATE TABLE arrivals(id INTEGER PRIMARY KEY, dev INTEGER NOT NULL, arrival INTEGER NOT NULL,
-    kind INTEGER NOT NULL, boot_epoch INTEGER NOT NULL, boots INTEGER NOT NULL, channel INTEGER NOT NULL,
-    session INTEGER NOT NULL, lead_channel INTEGER NOT NULL, seq INTEGER NOT NULL, lead INTEGER NOT NULL,
-    duplicate INTEGER NOT NULL, retransmission INTEGER NOT NULL, priority INTEGER NOT NULL,
-    payload_bytes INTEGER NOT NULL, frame_bytes INTEGER NOT NULL, gen_us INTEGER, rx_us INTEGER NOT NULL,
-    commit_us INTEGER NOT NULL);
-"""
 
 
 def sqlite_schema1(tmp: Path, rows: int) -> float:
@@ -136,23 +116,12 @@ def sqlite_schema1(tmp: Path, rows: int) -> float:
         (d, i + 1, 0, 7, 1, 1 + i % 3, 0, -1, off, 1, 0, 0, 0, 64, 67, now, now)
         for i, (d, off) in enumerate(o)
     ]
-    conn = sqlite3.connect(fresh(tmp / "schema1.db"), isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.executescript(_V1)
+    store = Schema1(fresh(tmp / "schema1.db"))
     t0 = time.perf_counter()
     for i in range(0, rows, ROW_BATCH):
-        conn.execute("BEGIN")
-        conn.executemany("INSERT OR IGNORE INTO events VALUES (?,?,?,?,?,?,?)", ev[i : i + ROW_BATCH])
-        conn.executemany(
-            "INSERT INTO arrivals(dev, arrival, kind, boot_epoch, boots, channel, session, lead_channel, "
-            "seq, lead, duplicate, retransmission, priority, payload_bytes, frame_bytes, gen_us, rx_us, "
-            "commit_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,%d)" % now,
-            arr[i : i + ROW_BATCH],
-        )
-        conn.execute("COMMIT")
+        store.write(ev[i : i + ROW_BATCH], arr[i : i + ROW_BATCH], now)
     rate = rows / (time.perf_counter() - t0)
-    conn.close()
+    store.close()
     return rate
 
 

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import sqlite3
 import sys
 import time
 from typing import Any
@@ -24,6 +23,7 @@ from leadwire import messages
 from leadwire.bridge import logs
 from leadwire.bridge.config import parse
 from leadwire.bridge.daemon import Bridge
+from leadwire.bridge.store_reader import StoreReader
 from leadwire.tools.procstat import cpu_seconds
 
 CH = 1  # the event channel of the workload
@@ -134,11 +134,15 @@ def stats(v: list[float]) -> dict[str, float]:
 
 def account(store: str) -> dict[str, Any]:
     """The receiver's knowledge (losses table, duplicate and lead flags) and the ground truth."""
-    db = sqlite3.connect(store)
-    epochs = [r[0] for r in db.execute("SELECT DISTINCT boot_epoch FROM events")]
+    with StoreReader(store) as db:
+        return _account(db)
+
+
+def _account(db: StoreReader) -> dict[str, Any]:
+    epochs = db.boot_epochs()
     out: dict[str, Any] = {"epochs": len(epochs)}
     # ring offsets of the one boot, in arrival order: the range they span, unwrapped mod 2^32
-    offs = [r[0] for r in db.execute("SELECT offset FROM events ORDER BY arrival")]
+    offs = [o for o, _ in db.events_by_arrival()]
     if not offs:
         return out | {"events": 0}
     first = offs[0]
@@ -150,42 +154,36 @@ def account(store: str) -> dict[str, Any]:
     # stored (the run stopped during its recovery), so the span is extended to cover it
     counted = 0
     unknown = 0
-    for client_n, lost, cause in db.execute("SELECT client_n, lost, cause FROM losses"):
-        if cause == "first_contact":
+    losses = db.losses()
+    for loss in losses:
+        if loss.cause == "first_contact":
             continue
-        if lost is None:
+        if loss.lost is None:
             unknown += 1
             continue
-        start = (client_n + 1 - first) & 0xFFFFFFFF
+        start = (loss.client_n + 1 - first) & 0xFFFFFFFF
         if start < 0x80000000:
-            counted += lost
-            span = max(span, start + lost)
+            counted += loss.lost
+            span = max(span, start + loss.lost)
     out["offset_span"] = span
     out["counted_lost"] = counted
     out["unknown_losses"] = unknown
     out["silent_lost"] = span - len(offs) - counted  # offsets neither stored nor counted as lost
     # channel 1 only: the sample numbers (u16, wrapping) are an independent check
-    rows = [
-        (((o - first) & 0xFFFFFFFF), d)
-        for o, d in db.execute("SELECT offset, data FROM events WHERE channel=?", (CH,))
-    ]
+    rows = [(((o - first) & 0xFFFFFFFF), d) for o, d in db.events_by_arrival(CH)]
     rows.sort()
     samples = [messages.decode_sample(d)[0] for _, d in rows]
     gaps = sum(((b - a) & 0xFFFF) - 1 for a, b in itertools.pairwise(samples))
     out["events"] = len(rows)
     out["ch1_missing_by_samples"] = gaps
-    out["duplicates_flagged"] = db.execute("SELECT COUNT(*) FROM arrivals WHERE duplicate=1").fetchone()[0]
-    out["late_flagged"] = db.execute("SELECT COUNT(*) FROM arrivals WHERE kind=0 AND lead<1").fetchone()[0]
-    out["restarts"] = db.execute("SELECT COUNT(*) FROM losses WHERE cause='restart'").fetchone()[0]
+    out["duplicates_flagged"] = db.totals()["dups"]
+    out["late_flagged"] = db.late_arrivals()
+    out["restarts"] = sum(1 for loss in losses if loss.cause == "restart")
     # the board's health records: heap free after a collection (live data), and its low-water
-    health = [
-        messages.decode_health(d)
-        for (d,) in db.execute("SELECT data FROM events WHERE channel=? ORDER BY arrival", (HEALTH,))
-    ]
+    health = [messages.decode_health(d) for _, d in db.events_by_arrival(HEALTH)]
     if health:
         out["heap_free_live"] = min(h["heap_free"] for h in health)
         out["heap_min_free"] = min(h["heap_min"] for h in health)
-    db.close()
     return out
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 import threading
 import time
@@ -24,18 +23,15 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
+from leadwire.bridge.store_baseline import MqttEvents
+
 TOPIC = "lw/b1/1"
 DROPPED = "$SYS/broker/publish/messages/dropped"
 
 
 class Receiver:
     def __init__(self, store: str, interval: float) -> None:
-        self.conn = sqlite3.connect(store, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute(
-            "CREATE TABLE events(arrival INTEGER PRIMARY KEY, seq INTEGER, dup INTEGER, data BLOB)"
-        )
+        self.store = MqttEvents(store)
         self.interval = interval
         self.lock = threading.Lock()
         self.pending: list[tuple[int, int, int, bytes]] = []
@@ -67,10 +63,7 @@ class Receiver:
             rows, self.pending = self.pending, []
         if not rows:
             return
-        c = self.conn
-        c.execute("BEGIN")
-        c.executemany("INSERT INTO events VALUES (?,?,?,?)", rows)
-        c.execute("COMMIT")
+        self.store.write(rows)
         self.committed += len(rows)
         now = time.time()
         self.commits.append((now, self.committed))
@@ -83,7 +76,7 @@ class Receiver:
 
     def summary(self) -> dict[str, Any]:
         """Counts from the store: what arrived, and (ground truth) what was duplicated or reordered."""
-        seqs = [r[0] for r in self.conn.execute("SELECT seq FROM events ORDER BY arrival")]
+        seqs = self.store.seqs()
         seen: set[int] = set()
         dups = reordered = 0
         top = -1
@@ -142,7 +135,7 @@ def main() -> int:
     r.stop.set()
     t.join()
     print(json.dumps(r.summary()), flush=True)
-    r.conn.close()
+    r.store.close()
     return 0
 
 

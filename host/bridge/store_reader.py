@@ -7,6 +7,7 @@ demo, the chaos checker, the benches) reads it from, so the schema is known to t
         r.devices()                        # DeviceRow per device, ordered by dev
         r.losses(dev)  r.boots(dev)        # LossRow / BootRow, in the order the bridge wrote them
         r.events(dev, boot_epoch)          # EventRow (first arrivals only: the `events` view)
+        r.events_by_arrival(channel)       # (offset, data) in arrival order
         r.arrival_stats()                  # per dev: arrivals, events and the lead buckets
         r.totals()                         # counts for progress lines while the bridge writes
 
@@ -142,6 +143,24 @@ class StoreReader:
         return (
             EventRow(*r)
             for r in self.conn.execute(q + " WHERE dev = ? AND boot_epoch = ?", (dev, boot_epoch))
+        )
+
+    def boot_epochs(self) -> list[int]:
+        """The distinct boot epochs that have stored events (any device)."""
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT boot_epoch FROM events")]
+
+    def events_by_arrival(self, channel: int | None = None) -> list[tuple[int, bytes]]:
+        """(offset, data) of first arrivals in arrival order; all channels or one."""
+        q = "SELECT offset, data FROM events"
+        if channel is None:
+            return [tuple(r) for r in self.conn.execute(q + " ORDER BY arrival")]  # type: ignore[misc]
+        rows = self.conn.execute(q + " WHERE channel = ? ORDER BY arrival", (channel,))
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+    def late_arrivals(self) -> int:
+        """Event arrivals with lead < 1 (spec 000: late or duplicate), store-wide."""
+        return int(
+            self.conn.execute("SELECT COUNT(*) FROM arrivals WHERE kind = 0 AND lead < 1").fetchone()[0]
         )
 
     def has_event(self, dev: int, boot_epoch: int, offset: int) -> bool:
