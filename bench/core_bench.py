@@ -7,7 +7,6 @@ Prints ring append and poll-answer rates, CRC candidates, and wire overhead agai
 from __future__ import annotations
 
 import binascii
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,17 +18,17 @@ import crcmod.predefined
 from leadwire import wire
 from leadwire.crc16 import crc16_py
 from leadwire.ring import EventRing
+from leadwire.tools import testbed
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 
 
 def tool(name: str) -> str:
-    p = BIN / name
-    found = str(p) if p.exists() else shutil.which(name)
-    if not found:
-        sys.exit("bench: `%s` not found; run `make test` first to build .venv" % name)
-    return found
+    """testbed.tool (.venv/bin, then PATH); a missing one ends the bench with a one-line message."""
+    try:
+        return testbed.tool(name)
+    except FileNotFoundError as e:
+        raise SystemExit("bench: %s" % e) from None
 
 
 def run_on_micropython(args: list[str], heap: str = "64K", extra: Path | None = None) -> dict[str, int]:

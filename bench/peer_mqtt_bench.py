@@ -52,6 +52,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from leadwire.tools import testbed
 from leadwire.tools.procstat import cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,11 +67,11 @@ def log(msg: str) -> None:
 
 
 def tool(name: str) -> str:
-    here = Path(sys.executable).parent / name
-    exe = str(here) if here.exists() else shutil.which(name)
-    if exe is None:
-        raise SystemExit("the `%s` command is missing: run `make test` first (it installs .venv)" % name)
-    return exe
+    """testbed.tool (.venv/bin, then PATH); a missing one ends the bench with a one-line message."""
+    try:
+        return testbed.tool(name)
+    except FileNotFoundError as e:
+        raise SystemExit("bench: %s" % e) from None
 
 
 # -- setup (before the namespace: needs the network) ------------------------------------------

@@ -199,6 +199,16 @@ def _load_config(config: dict[str, Any] | str | Path | None) -> dict[str, Any]:
     return cfg
 
 
+def _console_since(board_dir: Path, at: int) -> str:
+    """The board directory's console.log from byte `at` on ("" before the board wrote one)."""
+    path = board_dir / "console.log"
+    if not path.exists():
+        return ""
+    with path.open("rb") as f:
+        f.seek(at)
+        return f.read().decode(errors="replace")
+
+
 class VirtualBoard:
     """A running virtual board. `info()` is the JSON line `leadwire board` prints."""
 
@@ -252,12 +262,7 @@ class VirtualBoard:
 
     def console(self) -> str:
         """Everything the board printed in this boot (its serial console)."""
-        path = self.dir / "console.log"
-        if not path.exists():
-            return ""
-        with path.open("rb") as f:
-            f.seek(self._console_at)
-            return f.read().decode(errors="replace")
+        return _console_since(self.dir, self._console_at)
 
     # -- power -------------------------------------------------------------------------------
 
@@ -528,12 +533,7 @@ class PicoBoard:
 
     def console(self) -> str:
         """What the board printed on its REPL since the last (re)boot this object started."""
-        path = self.dir / "console.log"
-        if not path.exists():
-            return ""
-        with path.open("rb") as f:
-            f.seek(self._console_at)
-            return f.read().decode(errors="replace")
+        return _console_since(self.dir, self._console_at)
 
     def _mark(self) -> None:
         log = self.dir / "console.log"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -50,18 +52,24 @@ def test_the_model_of_the_agent_receive_path() -> None:
     assert auth_verdict(b"\x00", set()) == "bad"
 
 
-@pytest.mark.timeout(90)
-def test_the_board_answers_every_poll_and_counts_every_bad_frame() -> None:
-    with start_board("udp", config=board_config(health_ms=100, alarm_gap_ms=50)) as b:
-        assert b.address is not None
-        f = BoardFuzzer(b.address, seed=3)
+def _fuzz_board(transport: str, fuzzer: Callable[[Any], Any], units: int) -> tuple[Any, Any, str]:
+    """Start a board on `transport`, send it `units` fuzz units, let it settle; the fuzzer, its
+    result and the board's console (the board must still be alive at the end)."""
+    with start_board(transport, config=board_config(health_ms=100, alarm_gap_ms=50)) as b:
+        assert (b.address if transport == "udp" else b.port) is not None
+        f = fuzzer(b)
         try:
-            r = f.run(2000)
+            r = f.run(units)
             f.settle(0.05, 0.1)
         finally:
             f.close()
         assert b.alive()
-        console = b.console()
+        return f, r, b.console()
+
+
+@pytest.mark.timeout(90)
+def test_the_board_answers_every_poll_and_counts_every_bad_frame() -> None:
+    f, r, console = _fuzz_board("udp", lambda b: BoardFuzzer(b.address, seed=3), 2000)
     s = r.summary()
     assert r.wrong == [] and r.unanswered == 0, (r.wrong[:5], s)
     assert s["polls"] == sum(r.answers.values()) >= 2000 // 16
@@ -103,16 +111,7 @@ def test_the_model_of_the_agent_serial_decoder() -> None:
 def test_the_board_answers_every_poll_and_counts_every_bad_frame_on_serial() -> None:
     """Over serial (COBS on the board's pty): mutated, random, damaged-COBS, oversize (at the exact
     limit and past it) and empty frames; every POLL answered, every bad frame counted exactly."""
-    with start_board("serial", config=board_config(health_ms=100, alarm_gap_ms=50)) as b:
-        assert b.port is not None
-        f = SerialBoardFuzzer(b.port, seed=4)
-        try:
-            r = f.run(8000)
-            f.settle(0.05, 0.1)
-        finally:
-            f.close()
-        assert b.alive()
-        console = b.console()
+    f, r, console = _fuzz_board("serial", lambda b: SerialBoardFuzzer(b.port, seed=4), 8000)
     s = r.summary()
     assert r.wrong == [] and r.unanswered == 0, (r.wrong[:5], s)
     assert s["polls"] == sum(r.answers.values()) >= 8000 // 16
