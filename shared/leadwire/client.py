@@ -241,14 +241,19 @@ class PollClient:
         self.fresh = False
         self._chasing = 0
         self.consecutive_errors = 0
-        self.received += len(recs)
+        self._took(len(recs), backlog)
+        return (EVENTS, out)
+
+    def _took(self, k, backlog):
+        # k records taken, up to self.n (already moved): the counters and the open loss's
+        # recovery (hold.py's held frames too); allocates nothing
+        self.received += k
         self.backlog = backlog
         loss = self.loss
         if loss is not None and not loss.ended:
-            loss.recovered += len(recs)
+            loss.recovered += k
             if le(loss.n1, self.n):
                 loss.ended = True
-        return (EVENTS, out)
 
     def _probe_again(self):
         # fresh, and the device may hold our probe offset: whatever precedes it would never be

@@ -87,13 +87,7 @@ class HoldingPollClient(PollClient):
                 break
             more = [((nxt.seq + i) & 0xFFFFFFFF, r[0], r[1]) for i, r in enumerate(recs)]
             self.n = (nxt.seq + len(recs) - 1) & 0xFFFFFFFF
-            self.received += len(recs)
-            self.backlog = backlog
-            loss = self.loss
-            if loss is not None and not loss.ended:
-                loss.recovered += len(recs)
-                if le(loss.n1, self.n):
-                    loss.ended = True
+            self._took(len(recs), backlog)
             self.taken.append((nxt, more))
             out = out + more
             self.held_taken += 1
