@@ -12,15 +12,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(300)
-def test_wheel_holds_core_host_and_tools_under_one_namespace(tmp_path: Path) -> None:
+def _wheel(out: Path, timeout: float) -> Path:
+    """`pip wheel .` of the project into `out` (no dependencies): the one wheel's path."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
         check=True,
         capture_output=True,
-        timeout=280,
+        timeout=timeout,
     )
-    (wheel,) = tmp_path.glob("leadwire-*.whl")
+    (wheel,) = out.glob("leadwire-*.whl")
+    return wheel
+
+
+@pytest.mark.timeout(300)
+def test_wheel_holds_core_host_and_tools_under_one_namespace(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path, 280)
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in [
         "leadwire/ring.py",  # shared/leadwire
@@ -55,13 +61,7 @@ def test_a_virtual_board_runs_from_the_installed_wheel(tmp_path: Path) -> None:
 
     from ..hil.client import Client, UdpLink
 
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    (wheel,) = tmp_path.glob("leadwire-*.whl")
+    wheel = _wheel(tmp_path, 120)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     py = venv / "bin" / "python"
