@@ -1,31 +1,9 @@
-# A virtual board (boards/unix.py's functions) whose ring refuses one batch of samples with a
-# MemoryError -- what posting an alarm or a report does on a board whose heap has run out -- for
+# A virtual board (boards/unix.py's functions, imported from boards/unix_base.mpy) whose ring
+# refuses one batch of samples with a MemoryError -- what posting an alarm or a report does on a
+# board whose heap has run out -- for
 # the supervisor tests (tests/firmware/test_supervisor.py compiles it to boards/unix.mpy). The
 # file "fail_at" holds N: the N-th write_samples call raises, once.
-from gc import mem_free  # noqa: F401 -- lwboot's free heap (boards/unix.py)
-
-KIND = "unix"
-
-
-def uid():
-    return "unix"
-
-
-def serial(c):
-    p = c.get("path")
-    return open(p, "r+b", buffering=0) if p else None
-
-
-def network(c):
-    return None
-
-
-def led(on):
-    pass
-
-
-def reset_cause():
-    return 0
+from boards.unix_base import *  # noqa: F403 -- boards/unix.py's functions (the test renames its .mpy)
 
 
 def _flaky():
