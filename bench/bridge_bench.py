@@ -592,7 +592,7 @@ def durable_phase(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="run every measured phase this many times: medians")
@@ -612,7 +612,295 @@ def main() -> int:
     ap.add_argument("--writers", default="thread,process",
                     help="store writers side by side in the live phases ([store] writer)")  # fmt: skip
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def offline_phases(
+    tmp: Path, args: argparse.Namespace, only: set[str], rows: int, res: dict[str, Any]
+) -> None:
+    """SQLite alone and the bridge pipeline, offline: every variant once per repetition."""
+    runs: list[dict[str, Any]] = []
+    for _ in range(args.repeat):  # interleaved: each repetition measures every variant once
+        r: dict[str, Any] = {}
+        if "sqlite" in only:
+            r["sqlite_plain_rows_per_s"] = sqlite_plain(tmp, rows)
+            r["sqlite_schema1_events_per_s"] = sqlite_schema1(tmp, rows)
+            r["store_events_per_s"] = sqlite_store(tmp, rows)
+        if "pipeline" in only:
+            su: dict[str, float] = {}
+            ss: dict[str, float] = {}
+            r["pipeline_events_per_s"] = pipeline(tmp, rows, threaded=False, stats=su)
+            r["pipeline_threaded_events_per_s"] = pipeline(tmp, rows, threaded=True)
+            r["pipeline_signed_events_per_s"] = pipeline(tmp, rows, False, signed=True, stats=ss)
+            r["pipeline_threaded_signed_events_per_s"] = pipeline(tmp, rows, True, signed=True)
+            sp: dict[str, float] = {}
+            r["pipeline_process_events_per_s"] = pipeline(tmp, rows, True, process=True, stats=sp)
+            r["pipeline_process_signed_events_per_s"] = pipeline(
+                tmp, rows, True, signed=True, process=True
+            )
+            r["pipeline_process_cpu_us_per_event"] = sp["cpu_us_per_event"]
+            r["pipeline_process_writer_cpu_us_per_event"] = sp["writer_cpu_us_per_event"]
+            r["pipeline_cpu_us_per_event"] = su["cpu_us_per_event"]
+            r["pipeline_signed_cpu_us_per_event"] = ss["cpu_us_per_event"]
+        runs.append(r)
+    res["offline_runs"] = runs
+    print("offline, %d events of %d B, 10,000 per transaction (events/s):" % (rows, PAYLOAD))
+    if "sqlite" in only:
+        print(
+            "  SQLite alone, plain events table (the yardstick):   ",
+            show(runs, "sqlite_plain_rows_per_s"),
+        )
+        print(
+            "  SQLite alone, schema 1 layout (events + arrivals):  ",
+            show(runs, "sqlite_schema1_events_per_s"),
+        )
+        print(
+            "  the bridge's store, schema 2, Store.write:          ", show(runs, "store_events_per_s")
+        )
+    if "pipeline" in only:
+        print(
+            "  bridge pipeline, one thread:                        ",
+            show(runs, "pipeline_events_per_s"),
+        )
+        print("  bridge pipeline, store on its own thread (daemon):  ",
+              show(runs, "pipeline_threaded_events_per_s"))  # fmt: skip
+        print("  bridge pipeline, store writer process (daemon):     ",
+              show(runs, "pipeline_process_events_per_s"))  # fmt: skip
+        res["pipeline_process_vs_thread"] = statistics.median(
+            [r["pipeline_process_events_per_s"] / r["pipeline_threaded_events_per_s"] for r in runs]
+        )
+        print("  ratio writer process / store thread (events/s):     %.2f"
+              % res["pipeline_process_vs_thread"])  # fmt: skip
+        print("  CPU us per event, writer process: bridge %s + writer %s"
+              % (show(runs, "pipeline_process_cpu_us_per_event", "%.1f"),
+                 show(runs, "pipeline_process_writer_cpu_us_per_event", "%.1f")))  # fmt: skip
+        print("  the same, signed (auth: every request signed, every answer's tag checked):")
+        print("  bridge pipeline, one thread, signed:                ",
+              show(runs, "pipeline_signed_events_per_s"))  # fmt: skip
+        print("  bridge pipeline, store on its own thread, signed:   ",
+              show(runs, "pipeline_threaded_signed_events_per_s"))  # fmt: skip
+        print("  bridge pipeline, store writer process, signed:      ",
+              show(runs, "pipeline_process_signed_events_per_s"))  # fmt: skip
+        for a, b in (
+            ("pipeline_signed_events_per_s", "pipeline_events_per_s"),
+            ("pipeline_threaded_signed_events_per_s", "pipeline_threaded_events_per_s"),
+        ):
+            res[a.replace("events_per_s", "ratio")] = statistics.median([r[a] / r[b] for r in runs])
+        print("  ratio signed / unsigned (events/s): one thread %.3f, threaded %.3f"
+              % (res["pipeline_signed_ratio"], res["pipeline_threaded_signed_ratio"]))  # fmt: skip
+        res["pipeline_signed_cpu_ratio"] = statistics.median(
+            [r["pipeline_signed_cpu_us_per_event"] / r["pipeline_cpu_us_per_event"] for r in runs]
+        )
+        print("  CPU us per event, one thread: unsigned %s, signed %s; ratio signed / unsigned %.3f"
+              % (show(runs, "pipeline_cpu_us_per_event", "%.1f"),
+                 show(runs, "pipeline_signed_cpu_us_per_event", "%.1f"),
+                 res["pipeline_signed_cpu_ratio"]))  # fmt: skip
+    if "sqlite" in only and "pipeline" in only:
+        ratios = [r["pipeline_threaded_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
+        res["pipeline_vs_sqlite"] = statistics.median(ratios)
+        print(
+            "  ratio bridge pipeline (threaded) / SQLite plain:     %.2f" % res["pipeline_vs_sqlite"]
+        )
+        ratios = [r["pipeline_process_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
+        res["pipeline_process_vs_sqlite"] = statistics.median(ratios)
+        print("  ratio bridge pipeline (writer process) / SQLite:   %.2f"
+              % res["pipeline_process_vs_sqlite"])  # fmt: skip
+    sys.stdout.flush()
+
+
+def ingest_phase(tmp: Path, args: argparse.Namespace, writers: list[str], res: dict[str, Any]) -> None:
+    """Live ingest: a simulated fleet polled as fast as it fills, each writer signed and unsigned."""
+    ingest: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    for _ in range(args.repeat):  # every variant once per repetition, interleaved
+        for writer in writers:
+            for signed in (False, True):
+                with Fleet(
+                    args.ingest_devices,
+                    args.ingest_rate,
+                    capacity=16384,
+                    payload=PAYLOAD,
+                    auth=signed,
+                ) as fleet:
+                    polling = {
+                        "batch": 255,
+                        "max_bytes": 2047,
+                        "interval": 0.02,
+                        "interval_min": 0.002,
+                        "interval_max": 0.1,
+                        "timeout": 0.5,
+                    }
+                    r = asyncio.run(
+                        live(tmp, "ingest", fleet, polling, 2.0, args.seconds, 0.05, writer)
+                    )
+                ingest.setdefault((writer, signed), []).append(r)
+                print(
+                    "  ingest run (writer %s, %s): %.0f events/s, CPU bridge %.0f%% + writer %.0f%%,"
+                    " load %s"
+                    % (
+                        writer,
+                        "signed" if signed else "unsigned",
+                        r["events_per_s"],
+                        r["bridge_cpu_percent"],
+                        r["writer_cpu_percent"],
+                        loadavg(),
+                    ),
+                    flush=True,
+                )
+    res["ingest"] = {
+        "%s_%s" % (w, "signed" if s_ else "unsigned"): v for (w, s_), v in ingest.items()
+    }
+    offered = args.ingest_devices * args.ingest_rate
+    print(
+        "live ingest: %d devices x %.0f ev/s of %d B offered (%.0f/s), committed:"
+        % (args.ingest_devices, args.ingest_rate, PAYLOAD, offered)
+    )
+    for (writer, signed), ing in ingest.items():
+        print(
+            "  writer %-7s %-8s %s events/s; p50 %s ms, p99 %s ms generation -> commit; overrun lost"
+            " %d; CPU bridge %s%% + writer %s%%, sim %s%%; per CPU-second (bridge + writer) %s"
+            " events;"
+            " auth rejects %d"
+            % (
+                writer,
+                "signed" if signed else "unsigned",
+                show(ing, "events_per_s"),
+                show(ing, "latency_p50_ms", "%.1f"),
+                show(ing, "latency_p99_ms", "%.1f"),
+                sum(r["overrun_lost"] for r in ing),
+                show(ing, "bridge_cpu_percent"),
+                show(ing, "writer_cpu_percent"),
+                show(ing, "sim_cpu_percent"),
+                show(ing, "events_per_total_cpu_s"),
+                sum(r["auth_rejects"] for r in ing),
+            ),
+            flush=True,
+        )
+    for signed in (False, True):
+        if ("thread", signed) in ingest and ("process", signed) in ingest:
+            a, b = ingest[("process", signed)], ingest[("thread", signed)]
+            k = "ingest_process_vs_thread_%s" % ("signed" if signed else "unsigned")
+            res[k] = statistics.median(
+                [x["events_per_s"] / y["events_per_s"] for x, y in zip(a, b, strict=True)]
+            )
+            res[k + "_per_cpu"] = statistics.median(
+                [
+                    x["events_per_total_cpu_s"] / y["events_per_total_cpu_s"]
+                    for x, y in zip(a, b, strict=True)
+                ]
+            )
+            print(
+                "  ratio writer process / thread (%s): events/s %.2f, events per CPU-second %.2f"
+                % ("signed" if signed else "unsigned", res[k], res[k + "_per_cpu"])
+            )
+    for writer in writers:
+        if (writer, False) in ingest and (writer, True) in ingest:
+            a, b = ingest[(writer, True)], ingest[(writer, False)]
+            print(
+                "  ratio signed / unsigned (writer %s): events/s %.2f, CPU per event %.2f"
+                % (
+                    writer,
+                    statistics.median(
+                        [x["events_per_s"] / y["events_per_s"] for x, y in zip(a, b, strict=True)]
+                    ),
+                    statistics.median(
+                        [
+                            x["total_cpu_us_per_event"] / y["total_cpu_us_per_event"]
+                            for x, y in zip(a, b, strict=True)
+                        ]
+                    ),
+                )
+            )
+
+
+def fleet_phase(tmp: Path, args: argparse.Namespace, writers: list[str], res: dict[str, Any]) -> None:
+    """The 10 Hz fleet: fixed 100 ms polling of many slow devices, per writer."""
+    fleet_runs: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(args.repeat):
+        for writer in writers:
+            with Fleet(
+                args.fleet_devices,
+                args.fleet_rate,
+                capacity=1024,
+                payload=PAYLOAD,
+                auth=not args.fleet_no_auth,
+            ) as fleet:
+                polling = {
+                    "adaptive": False,
+                    "interval": 0.1,
+                    "interval_min": 0.1,
+                    "interval_max": 0.1,
+                    "batch": 64,
+                    "timeout": 0.5,
+                }
+                r = asyncio.run(
+                    live(tmp, "fleet", fleet, polling, 3.0, args.seconds, args.fleet_commit, writer)
+                )
+            fleet_runs.setdefault(writer, []).append(r)
+            print(
+                "  10 Hz run (writer %s): %.2f Hz/device, CPU bridge %.0f%% + writer %.0f%%, load %s"
+                % (
+                    writer,
+                    r["polls_per_device_per_s"],
+                    r["bridge_cpu_percent"],
+                    r["writer_cpu_percent"],
+                    loadavg(),
+                ),
+                flush=True,
+            )
+    res["fleet_10hz"] = fleet_runs
+    print(
+        "10 Hz fleet (%s): %d devices x %.0f ev/s, fixed 100 ms:"
+        % ("unsigned" if args.fleet_no_auth else "signed", args.fleet_devices, args.fleet_rate)
+    )
+    for writer, fl in fleet_runs.items():
+        print(
+            "  writer %-7s %s polls/s per device (%s answers/s), timeouts %s, %s events/s; p99 %s ms"
+            " generation -> commit; CPU: bridge %s%% + writer %s%%, simulator %s%%; round trips per"
+            " bridge CPU-second %s"
+            % (
+                writer,
+                show(fl, "polls_per_device_per_s", "%.2f"),
+                show(fl, "round_trips_per_s"),
+                show(fl, "timeouts"),
+                show(fl, "events_per_s"),
+                show(fl, "latency_p99_ms", "%.1f"),
+                show(fl, "bridge_cpu_percent"),
+                show(fl, "writer_cpu_percent"),
+                show(fl, "sim_cpu_percent"),
+                show(fl, "round_trips_per_bridge_cpu_s"),
+            ),
+            flush=True,
+        )
+
+
+def authcost_phase(res: dict[str, Any]) -> None:
+    res["auth_cost"] = [auth_cost(events=k) for k in (PER_ANSWER, 1)]
+    for ac in res["auth_cost"]:
+        print(
+            "auth cost per answer of %d event(s) (CPU, interleaved blocks, medians): decode + encode"
+            " POLL %.1f us, the same signed and checked %.1f us: +%.1f us per round trip = +%.2f us"
+            " per event"
+            % (ac["events"], ac["unsigned_us_per_answer"], ac["signed_us_per_answer"],
+               ac["auth_us_per_answer"], ac["auth_us_per_event"]),
+            flush=True,
+        )  # fmt: skip
+
+
+def adaptive_phase(res: dict[str, Any]) -> None:
+    res["adaptive"] = adaptive_demo()
+    print(
+        "adaptive polling (virtual time, 120 s, ring of 1,024, batches of 64, 5 ev/s with bursts of"
+        " 2,000 ev/s for 2 s every 20 s):"
+    )
+    for r in res["adaptive"]:
+        print(
+            "  %-20s polls %6d (%6.1f/s)  lost %6d of %d"
+            % (r["policy"], r["polls"], r["polls_per_s"], r["lost"], r["generated"])
+        )
+
+
+def main() -> int:
+    args = parse_args()
     only = set(args.only.split(","))
     rows = 300_000
     if args.quick:
@@ -632,279 +920,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         if "sqlite" in only or "pipeline" in only:
-            runs: list[dict[str, Any]] = []
-            for _ in range(args.repeat):  # interleaved: each repetition measures every variant once
-                r: dict[str, Any] = {}
-                if "sqlite" in only:
-                    r["sqlite_plain_rows_per_s"] = sqlite_plain(tmp, rows)
-                    r["sqlite_schema1_events_per_s"] = sqlite_schema1(tmp, rows)
-                    r["store_events_per_s"] = sqlite_store(tmp, rows)
-                if "pipeline" in only:
-                    su: dict[str, float] = {}
-                    ss: dict[str, float] = {}
-                    r["pipeline_events_per_s"] = pipeline(tmp, rows, threaded=False, stats=su)
-                    r["pipeline_threaded_events_per_s"] = pipeline(tmp, rows, threaded=True)
-                    r["pipeline_signed_events_per_s"] = pipeline(tmp, rows, False, signed=True, stats=ss)
-                    r["pipeline_threaded_signed_events_per_s"] = pipeline(tmp, rows, True, signed=True)
-                    sp: dict[str, float] = {}
-                    r["pipeline_process_events_per_s"] = pipeline(tmp, rows, True, process=True, stats=sp)
-                    r["pipeline_process_signed_events_per_s"] = pipeline(
-                        tmp, rows, True, signed=True, process=True
-                    )
-                    r["pipeline_process_cpu_us_per_event"] = sp["cpu_us_per_event"]
-                    r["pipeline_process_writer_cpu_us_per_event"] = sp["writer_cpu_us_per_event"]
-                    r["pipeline_cpu_us_per_event"] = su["cpu_us_per_event"]
-                    r["pipeline_signed_cpu_us_per_event"] = ss["cpu_us_per_event"]
-                runs.append(r)
-            res["offline_runs"] = runs
-            print("offline, %d events of %d B, 10,000 per transaction (events/s):" % (rows, PAYLOAD))
-            if "sqlite" in only:
-                print(
-                    "  SQLite alone, plain events table (the yardstick):   ",
-                    show(runs, "sqlite_plain_rows_per_s"),
-                )
-                print(
-                    "  SQLite alone, schema 1 layout (events + arrivals):  ",
-                    show(runs, "sqlite_schema1_events_per_s"),
-                )
-                print(
-                    "  the bridge's store, schema 2, Store.write:          ", show(runs, "store_events_per_s")
-                )
-            if "pipeline" in only:
-                print(
-                    "  bridge pipeline, one thread:                        ",
-                    show(runs, "pipeline_events_per_s"),
-                )
-                print("  bridge pipeline, store on its own thread (daemon):  ",
-                      show(runs, "pipeline_threaded_events_per_s"))  # fmt: skip
-                print("  bridge pipeline, store writer process (daemon):     ",
-                      show(runs, "pipeline_process_events_per_s"))  # fmt: skip
-                res["pipeline_process_vs_thread"] = statistics.median(
-                    [r["pipeline_process_events_per_s"] / r["pipeline_threaded_events_per_s"] for r in runs]
-                )
-                print("  ratio writer process / store thread (events/s):     %.2f"
-                      % res["pipeline_process_vs_thread"])  # fmt: skip
-                print("  CPU us per event, writer process: bridge %s + writer %s"
-                      % (show(runs, "pipeline_process_cpu_us_per_event", "%.1f"),
-                         show(runs, "pipeline_process_writer_cpu_us_per_event", "%.1f")))  # fmt: skip
-                print("  the same, signed (auth: every request signed, every answer's tag checked):")
-                print("  bridge pipeline, one thread, signed:                ",
-                      show(runs, "pipeline_signed_events_per_s"))  # fmt: skip
-                print("  bridge pipeline, store on its own thread, signed:   ",
-                      show(runs, "pipeline_threaded_signed_events_per_s"))  # fmt: skip
-                print("  bridge pipeline, store writer process, signed:      ",
-                      show(runs, "pipeline_process_signed_events_per_s"))  # fmt: skip
-                for a, b in (
-                    ("pipeline_signed_events_per_s", "pipeline_events_per_s"),
-                    ("pipeline_threaded_signed_events_per_s", "pipeline_threaded_events_per_s"),
-                ):
-                    res[a.replace("events_per_s", "ratio")] = statistics.median([r[a] / r[b] for r in runs])
-                print("  ratio signed / unsigned (events/s): one thread %.3f, threaded %.3f"
-                      % (res["pipeline_signed_ratio"], res["pipeline_threaded_signed_ratio"]))  # fmt: skip
-                res["pipeline_signed_cpu_ratio"] = statistics.median(
-                    [r["pipeline_signed_cpu_us_per_event"] / r["pipeline_cpu_us_per_event"] for r in runs]
-                )
-                print("  CPU us per event, one thread: unsigned %s, signed %s; ratio signed / unsigned %.3f"
-                      % (show(runs, "pipeline_cpu_us_per_event", "%.1f"),
-                         show(runs, "pipeline_signed_cpu_us_per_event", "%.1f"),
-                         res["pipeline_signed_cpu_ratio"]))  # fmt: skip
-            if "sqlite" in only and "pipeline" in only:
-                ratios = [r["pipeline_threaded_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
-                res["pipeline_vs_sqlite"] = statistics.median(ratios)
-                print(
-                    "  ratio bridge pipeline (threaded) / SQLite plain:     %.2f" % res["pipeline_vs_sqlite"]
-                )
-                ratios = [r["pipeline_process_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
-                res["pipeline_process_vs_sqlite"] = statistics.median(ratios)
-                print("  ratio bridge pipeline (writer process) / SQLite:   %.2f"
-                      % res["pipeline_process_vs_sqlite"])  # fmt: skip
-            sys.stdout.flush()
-
+            offline_phases(tmp, args, only, rows, res)
         writers = args.writers.split(",")
         if "ingest" in only:
-            ingest: dict[tuple[str, bool], list[dict[str, Any]]] = {}
-            for _ in range(args.repeat):  # every variant once per repetition, interleaved
-                for writer in writers:
-                    for signed in (False, True):
-                        with Fleet(
-                            args.ingest_devices,
-                            args.ingest_rate,
-                            capacity=16384,
-                            payload=PAYLOAD,
-                            auth=signed,
-                        ) as fleet:
-                            polling = {
-                                "batch": 255,
-                                "max_bytes": 2047,
-                                "interval": 0.02,
-                                "interval_min": 0.002,
-                                "interval_max": 0.1,
-                                "timeout": 0.5,
-                            }
-                            r = asyncio.run(
-                                live(tmp, "ingest", fleet, polling, 2.0, args.seconds, 0.05, writer)
-                            )
-                        ingest.setdefault((writer, signed), []).append(r)
-                        print(
-                            "  ingest run (writer %s, %s): %.0f events/s, CPU bridge %.0f%% + writer %.0f%%,"
-                            " load %s"
-                            % (
-                                writer,
-                                "signed" if signed else "unsigned",
-                                r["events_per_s"],
-                                r["bridge_cpu_percent"],
-                                r["writer_cpu_percent"],
-                                loadavg(),
-                            ),
-                            flush=True,
-                        )
-            res["ingest"] = {
-                "%s_%s" % (w, "signed" if s_ else "unsigned"): v for (w, s_), v in ingest.items()
-            }
-            offered = args.ingest_devices * args.ingest_rate
-            print(
-                "live ingest: %d devices x %.0f ev/s of %d B offered (%.0f/s), committed:"
-                % (args.ingest_devices, args.ingest_rate, PAYLOAD, offered)
-            )
-            for (writer, signed), ing in ingest.items():
-                print(
-                    "  writer %-7s %-8s %s events/s; p50 %s ms, p99 %s ms generation -> commit; overrun lost"
-                    " %d; CPU bridge %s%% + writer %s%%, sim %s%%; per CPU-second (bridge + writer) %s"
-                    " events;"
-                    " auth rejects %d"
-                    % (
-                        writer,
-                        "signed" if signed else "unsigned",
-                        show(ing, "events_per_s"),
-                        show(ing, "latency_p50_ms", "%.1f"),
-                        show(ing, "latency_p99_ms", "%.1f"),
-                        sum(r["overrun_lost"] for r in ing),
-                        show(ing, "bridge_cpu_percent"),
-                        show(ing, "writer_cpu_percent"),
-                        show(ing, "sim_cpu_percent"),
-                        show(ing, "events_per_total_cpu_s"),
-                        sum(r["auth_rejects"] for r in ing),
-                    ),
-                    flush=True,
-                )
-            for signed in (False, True):
-                if ("thread", signed) in ingest and ("process", signed) in ingest:
-                    a, b = ingest[("process", signed)], ingest[("thread", signed)]
-                    k = "ingest_process_vs_thread_%s" % ("signed" if signed else "unsigned")
-                    res[k] = statistics.median(
-                        [x["events_per_s"] / y["events_per_s"] for x, y in zip(a, b, strict=True)]
-                    )
-                    res[k + "_per_cpu"] = statistics.median(
-                        [
-                            x["events_per_total_cpu_s"] / y["events_per_total_cpu_s"]
-                            for x, y in zip(a, b, strict=True)
-                        ]
-                    )
-                    print(
-                        "  ratio writer process / thread (%s): events/s %.2f, events per CPU-second %.2f"
-                        % ("signed" if signed else "unsigned", res[k], res[k + "_per_cpu"])
-                    )
-            for writer in writers:
-                if (writer, False) in ingest and (writer, True) in ingest:
-                    a, b = ingest[(writer, True)], ingest[(writer, False)]
-                    print(
-                        "  ratio signed / unsigned (writer %s): events/s %.2f, CPU per event %.2f"
-                        % (
-                            writer,
-                            statistics.median(
-                                [x["events_per_s"] / y["events_per_s"] for x, y in zip(a, b, strict=True)]
-                            ),
-                            statistics.median(
-                                [
-                                    x["total_cpu_us_per_event"] / y["total_cpu_us_per_event"]
-                                    for x, y in zip(a, b, strict=True)
-                                ]
-                            ),
-                        )
-                    )
-
+            ingest_phase(tmp, args, writers, res)
         if "fleet" in only:
-            fleet_runs: dict[str, list[dict[str, Any]]] = {}
-            for _ in range(args.repeat):
-                for writer in writers:
-                    with Fleet(
-                        args.fleet_devices,
-                        args.fleet_rate,
-                        capacity=1024,
-                        payload=PAYLOAD,
-                        auth=not args.fleet_no_auth,
-                    ) as fleet:
-                        polling = {
-                            "adaptive": False,
-                            "interval": 0.1,
-                            "interval_min": 0.1,
-                            "interval_max": 0.1,
-                            "batch": 64,
-                            "timeout": 0.5,
-                        }
-                        r = asyncio.run(
-                            live(tmp, "fleet", fleet, polling, 3.0, args.seconds, args.fleet_commit, writer)
-                        )
-                    fleet_runs.setdefault(writer, []).append(r)
-                    print(
-                        "  10 Hz run (writer %s): %.2f Hz/device, CPU bridge %.0f%% + writer %.0f%%, load %s"
-                        % (
-                            writer,
-                            r["polls_per_device_per_s"],
-                            r["bridge_cpu_percent"],
-                            r["writer_cpu_percent"],
-                            loadavg(),
-                        ),
-                        flush=True,
-                    )
-            res["fleet_10hz"] = fleet_runs
-            print(
-                "10 Hz fleet (%s): %d devices x %.0f ev/s, fixed 100 ms:"
-                % ("unsigned" if args.fleet_no_auth else "signed", args.fleet_devices, args.fleet_rate)
-            )
-            for writer, fl in fleet_runs.items():
-                print(
-                    "  writer %-7s %s polls/s per device (%s answers/s), timeouts %s, %s events/s; p99 %s ms"
-                    " generation -> commit; CPU: bridge %s%% + writer %s%%, simulator %s%%; round trips per"
-                    " bridge CPU-second %s"
-                    % (
-                        writer,
-                        show(fl, "polls_per_device_per_s", "%.2f"),
-                        show(fl, "round_trips_per_s"),
-                        show(fl, "timeouts"),
-                        show(fl, "events_per_s"),
-                        show(fl, "latency_p99_ms", "%.1f"),
-                        show(fl, "bridge_cpu_percent"),
-                        show(fl, "writer_cpu_percent"),
-                        show(fl, "sim_cpu_percent"),
-                        show(fl, "round_trips_per_bridge_cpu_s"),
-                    ),
-                    flush=True,
-                )
-
+            fleet_phase(tmp, args, writers, res)
     if "authcost" in only:
-        res["auth_cost"] = [auth_cost(events=k) for k in (PER_ANSWER, 1)]
-        for ac in res["auth_cost"]:
-            print(
-                "auth cost per answer of %d event(s) (CPU, interleaved blocks, medians): decode + encode"
-                " POLL %.1f us, the same signed and checked %.1f us: +%.1f us per round trip = +%.2f us"
-                " per event"
-                % (ac["events"], ac["unsigned_us_per_answer"], ac["signed_us_per_answer"],
-                   ac["auth_us_per_answer"], ac["auth_us_per_event"]),
-                flush=True,
-            )  # fmt: skip
-
+        authcost_phase(res)
     if "adaptive" in only:
-        res["adaptive"] = adaptive_demo()
-        print(
-            "adaptive polling (virtual time, 120 s, ring of 1,024, batches of 64, 5 ev/s with bursts of"
-            " 2,000 ev/s for 2 s every 20 s):"
-        )
-        for r in res["adaptive"]:
-            print(
-                "  %-20s polls %6d (%6.1f/s)  lost %6d of %d"
-                % (r["policy"], r["polls"], r["polls_per_s"], r["lost"], r["generated"])
-            )
+        adaptive_phase(res)
     if "durable" in only:
         res["durable"] = durable_phase(args)
     if args.json:
