@@ -356,7 +356,7 @@ def loadavg() -> str:
     return "%.1f %.1f %.1f" % os.getloadavg()
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=1)
@@ -373,81 +373,73 @@ def main() -> int:
     ap.add_argument("--fleet-bridge", default="", help=argparse.SUPPRESS)
     ap.add_argument("--fleet-inside", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--before-tree", default="", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.fleet_inside:
+    return ap.parse_args()
+
+
+def _rates(text: str) -> dict[int, list[int]]:
+    """"64:500/1000,256:10000" -> {64: [500, 1000], 256: [10000]} (payload size: offered rates)."""
+    pairs = (p.split(":") for p in text.split(",") if p)
+    return {int(k): [int(x) for x in v.split("/")] for k, v in pairs}
+
+
+def pipeline_phase(tmp: Path, a: argparse.Namespace) -> None:
+    """Pipelined POLLs on / off on a clean link, interleaved A/B."""
+    # the cost that kept pipelining opt-in: bridge CPU per committed event at low rates, A/B
+    rows = [["size", "offered/s", "pipelined: events/s", "CPU us/event", "POLLs pipelined",
+             "not pipelined: events/s", "CPU us/event", "on / off: events/s", "CPU"]]  # fmt: skip
+    for size, rs in _rates(a.pipeline_rates).items():
+        for hz in rs:
+            ab = {}
+            for pipe in (True, False, True, False):  # interleaved, two of each: the better one
+                r = lw_netem(tmp, "udp", size, hz, 0.0, a.lw_seconds, None, a.seed, pipe)
+                r["cpu_us"] = 1e6 * r["bridge_cpu_s"] / max(1, r["committed_in_window"] or 0)
+                if pipe not in ab or r["cpu_us"] < ab[pipe]["cpu_us"]:
+                    ab[pipe] = r
+            on, off = ab[True], ab[False]
+            rows.append([str(size), pmb.fmt(hz), pmb.fmt(on["rate"]), "%.1f" % on["cpu_us"],
+                         pmb.fmt(on["counters"].get("pipelined")), pmb.fmt(off["rate"]),
+                         "%.1f" % off["cpu_us"], "%.2f" % (on["rate"] / off["rate"]),
+                         "%.2f" % (on["cpu_us"] / off["cpu_us"])])  # fmt: skip
+    print("\n### pipelined POLLs on / off, clean link (load average now %s)\n" % loadavg())
+    print(pmb.table(rows), flush=True)
+
+
+def loss_phases(
+    tmp: Path, a: argparse.Namespace, skip: set[str], codes: list[str | None], losses: list[float]
+) -> bool:
+    """The loss ladders per transport; True when no event was lost silently."""
+    ok = True
+    lw: dict[str, Any] = {"sizes": [], "ladders": []}
+    for transport, text in (("udp", a.udp_rates), ("serial", a.serial_rates)):
+        if transport in skip:
+            continue
+        lw["ladders"] += ladders(tmp, transport, _rates(text), losses, a.lw_seconds, codes, a.seed)
+        sizes = _rates(text)
+        print("\n### %s, loss each way (load average now %s)\n" % (transport, loadavg()))
+        sub = {"sizes": list(sizes), "ladders": [r for r in lw["ladders"] if r["transport"] == transport]}
+        print(pmb.loss_report(sub), flush=True)
+        ok &= all(r["silent_lost"] == 0 for r in sub["ladders"])
+    return ok
+
+
+def fleet_phase(tmp: Path, a: argparse.Namespace, codes: list[str | None]) -> None:
+    """The fleet run: through netem proxies, or in a private network namespace."""
+    # 1,000 Python proxies cannot carry 10,000 round trips/s on two cores (the proxies, not
+    # the bridge, made ~5 polls/s per device): the kernel drops the datagrams instead, in a
+    # private network namespace, when root may make one (--fleet-proxies: tools/netem)
+    if a.fleet_proxies or pmb.netns_usable() is not None:
+        print(fleet_table(a, codes, tmp, False), flush=True)
+    else:
         import subprocess
 
-        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-        with tempfile.TemporaryDirectory(prefix="netem-fleet-") as td:
-            fcodes: list[str | None] = [a.before_tree, None] if a.before_tree else [None]
-            print(fleet_table(a, fcodes, Path(td), True), flush=True)
-        return 0
-    if a.fleet_bridge:
-        print(json.dumps(asyncio.run(fleet_bridge(a.fleet_bridge))), flush=True)
-        return 0
-    skip = set(a.skip.split(","))
-    losses = [float(x) for x in a.losses.split(",") if x]
+        argv = [sys.executable, str(Path(__file__).resolve()), "--fleet-inside",
+                "--fleet", str(a.fleet), "--fleet-seconds", str(a.fleet_seconds),
+                "--before-tree", (codes[0] or "") if a.before else ""]  # fmt: skip
+        subprocess.run(["unshare", "-n", *argv], check=False)
 
-    def rates(text: str) -> dict[int, list[int]]:
-        pairs = (p.split(":") for p in text.split(",") if p)
-        return {int(k): [int(x) for x in v.split("/")] for k, v in pairs}
 
-    print("load average at start: %s" % loadavg(), flush=True)
-    ok = True
-    with tempfile.TemporaryDirectory(prefix="netem-bench-") as td:
-        tmp = Path(td)
-        codes = [pmb.before_tree(a.before, tmp / "before"), None] if a.before else [None]
-        lw: dict[str, Any] = {"sizes": [], "ladders": []}
-        if "pipeline" not in skip:
-            # the cost that kept pipelining opt-in: bridge CPU per committed event at low rates, A/B
-            rows = [["size", "offered/s", "pipelined: events/s", "CPU us/event", "POLLs pipelined",
-                     "not pipelined: events/s", "CPU us/event", "on / off: events/s", "CPU"]]  # fmt: skip
-            for size, rs in rates(a.pipeline_rates).items():
-                for hz in rs:
-                    ab = {}
-                    for pipe in (True, False, True, False):  # interleaved, two of each: the better one
-                        r = lw_netem(tmp, "udp", size, hz, 0.0, a.lw_seconds, None, a.seed, pipe)
-                        r["cpu_us"] = 1e6 * r["bridge_cpu_s"] / max(1, r["committed_in_window"] or 0)
-                        if pipe not in ab or r["cpu_us"] < ab[pipe]["cpu_us"]:
-                            ab[pipe] = r
-                    on, off = ab[True], ab[False]
-                    rows.append([str(size), pmb.fmt(hz), pmb.fmt(on["rate"]), "%.1f" % on["cpu_us"],
-                                 pmb.fmt(on["counters"].get("pipelined")), pmb.fmt(off["rate"]),
-                                 "%.1f" % off["cpu_us"], "%.2f" % (on["rate"] / off["rate"]),
-                                 "%.2f" % (on["cpu_us"] / off["cpu_us"])])  # fmt: skip
-            print("\n### pipelined POLLs on / off, clean link (load average now %s)\n" % loadavg())
-            print(pmb.table(rows), flush=True)
-        for transport, text in (("udp", a.udp_rates), ("serial", a.serial_rates)):
-            if transport in skip:
-                continue
-            lw["ladders"] += ladders(tmp, transport, rates(text), losses, a.lw_seconds, codes, a.seed)
-            sizes = rates(text)
-            print("\n### %s, loss each way (load average now %s)\n" % (transport, loadavg()))
-            sub = {"sizes": list(sizes), "ladders": [r for r in lw["ladders"] if r["transport"] == transport]}
-            print(pmb.loss_report(sub), flush=True)
-            ok &= all(r["silent_lost"] == 0 for r in sub["ladders"])
-        if "fleet" not in skip:
-            # 1,000 Python proxies cannot carry 10,000 round trips/s on two cores (the proxies, not
-            # the bridge, made ~5 polls/s per device): the kernel drops the datagrams instead, in a
-            # private network namespace, when root may make one (--fleet-proxies: tools/netem)
-            if a.fleet_proxies or pmb.netns_usable() is not None:
-                print(fleet_table(a, codes, tmp, False), flush=True)
-            else:
-                import subprocess
-
-                argv = [sys.executable, str(Path(__file__).resolve()), "--fleet-inside",
-                        "--fleet", str(a.fleet), "--fleet-seconds", str(a.fleet_seconds),
-                        "--before-tree", (codes[0] or "") if a.before else ""]  # fmt: skip
-                subprocess.run(["unshare", "-n", *argv], check=False)
-    if "proxy" in skip and "session" in skip:
-        return 0 if ok else 1
-    res: dict[str, Any] = {}
-    if "proxy" not in skip:
-        res["echo_round_trips_per_s"] = round(asyncio.run(rate(a.seconds / 4, False)))
-        res["through_proxy_round_trips_per_s"] = round(asyncio.run(rate(a.seconds / 4, True)))
-        print(json.dumps(res), flush=True)
-    if "session" in skip:
-        return 0 if ok else 1
+def session_phase(a: argparse.Namespace) -> bool:
+    """One session through netem against a real board; True when its checks hold."""
     # health every 100 ms; a ring of 1024 so the board keeps everything the session has not polled yet
     cfg = {
         "sensors": [{"ch": 1, "hz": 50, "size": 16}],
@@ -469,7 +461,43 @@ def main() -> int:
     }
     del s["health"]
     print(json.dumps(s, indent=1))
-    ok &= all(s["checks"].values())
+    return all(s["checks"].values())
+
+
+def main() -> int:
+    a = parse_args()
+    if a.fleet_inside:
+        import subprocess
+
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        with tempfile.TemporaryDirectory(prefix="netem-fleet-") as td:
+            fcodes: list[str | None] = [a.before_tree, None] if a.before_tree else [None]
+            print(fleet_table(a, fcodes, Path(td), True), flush=True)
+        return 0
+    if a.fleet_bridge:
+        print(json.dumps(asyncio.run(fleet_bridge(a.fleet_bridge))), flush=True)
+        return 0
+    skip = set(a.skip.split(","))
+    losses = [float(x) for x in a.losses.split(",") if x]
+    print("load average at start: %s" % loadavg(), flush=True)
+    with tempfile.TemporaryDirectory(prefix="netem-bench-") as td:
+        tmp = Path(td)
+        codes = [pmb.before_tree(a.before, tmp / "before"), None] if a.before else [None]
+        if "pipeline" not in skip:
+            pipeline_phase(tmp, a)
+        ok = loss_phases(tmp, a, skip, codes, losses)
+        if "fleet" not in skip:
+            fleet_phase(tmp, a, codes)
+    if "proxy" in skip and "session" in skip:
+        return 0 if ok else 1
+    res: dict[str, Any] = {}
+    if "proxy" not in skip:
+        res["echo_round_trips_per_s"] = round(asyncio.run(rate(a.seconds / 4, False)))
+        res["through_proxy_round_trips_per_s"] = round(asyncio.run(rate(a.seconds / 4, True)))
+        print(json.dumps(res), flush=True)
+    if "session" in skip:
+        return 0 if ok else 1
+    ok &= session_phase(a)
     print("result: %s" % ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 
