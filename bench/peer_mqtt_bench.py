@@ -679,157 +679,171 @@ def table(rows: list[list[str]]) -> str:
 def report(res: dict[str, Any]) -> str:
     lines: list[str] = []
     for size in res["sizes"]:
-        runs = [r for r in res["clean"] if r["size"] == size]
-        mq = [r for r in runs if r["system"] != "leadwire"]
-        lws = [r for r in runs if r["system"] == "leadwire"]
-        lw = max(lws, key=lambda r: r["rate"] if not math.isnan(r["rate"]) else -1)
-        lossless = [r for r in lws if r["known_lost"] == 0 and r["silent_lost"] == 0]
-        best0 = max((r for r in mq if "QoS 0" in r["system"]), key=lambda r: r["rate"])
-        best1 = max((r for r in mq if "QoS 1" in r["system"]), key=lambda r: r["rate"])
-        lines.append("### %d-byte events, no impairment\n" % size)
-        head = ["metric", "leadwire", *[r["system"] for r in mq], "lw / best QoS 0", "lw / best QoS 1"]
-        rows = [head]
-        metrics: list[tuple[str, Any, int]] = [
-            ("acknowledged events/s", lambda r: r["rate"], 0),
-            ("events delivered", lambda r: r.get("events", r["received"]), 0),
-            ("wire bytes / event carried (IP, both ways)", lambda r: per_event(r, "bytes"), 1),
-            ("packets / event carried", lambda r: per_event(r, "packets"), 3),
-            ("wire bytes / event delivered to the host", lambda r: per_event(r, "bytes", True), 1),
-            ("board heap live, B", lambda r: r["heap_live"], 0),
-            ("board heap free low-water, B", lambda r: r["heap_low_free"], 0),
-            ("board bytes allocated / event", lambda r: r["alloc_per_event"], 1),
-        ]
-        # health records can be overwritten in the ring at high offered rates: use the lowest seen
-        lows = [r["heap_low_free"] for r in lws if r["heap_low_free"] is not None]
-        lw = {**lw, "heap_low_free": min(lows) if lows else None}
-        for name, f, digits in metrics:
-            vals = [fmt(f(r), digits) for r in [lw, *mq]]
-            rows.append([name, *vals, ratio(f(lw), f(best0)), ratio(f(lw), f(best1))])
-        lines.append(table(rows))
-        lines.append(
-            "\nleadwire: offered rates %s events/s -> committed %s/s; counted losses %s; best shown "
-            "(offered %s/s, ring %d x %d B). Highest offered rate with no loss at all: %s."
-            % (
-                ", ".join(fmt(r["offered_hz"]) for r in lws),
-                ", ".join(fmt(r["rate"]) for r in lws),
-                ", ".join(fmt(r["known_lost"]) for r in lws),
-                fmt(lw["offered_hz"]),
-                lw["ring"],
-                size,
-                fmt(max(r["offered_hz"] for r in lossless)) if lossless else "none",
-            )
-        )
-        lines.append(
-            "Best MQTT: QoS 0 = %s, QoS 1 = %s. MQTT QoS 1 as shipped ran %s events in %.1f s%s.\n"
-            % (
-                best0["system"],
-                best1["system"],
-                *next(
-                    (
-                        (fmt(r["generated"]), r["pub_ms"] / 1000, " (time cap)" if r["timed_out"] else "")
-                        for r in mq
-                        if r["system"] == "MQTT QoS 1"
-                    ),
-                    ("-", 0.0, ""),
-                ),
-            )
-        )
-        lines.append(
-            "Where the time goes (leadwire, per offered rate): "
-            + "; ".join(
-                "%s/s: %.1f events per round trip, board answer p50 %.2f / p90 %.2f / mean %.2f ms, "
-                "bridge gap mean %.2f ms, board CPU %.0f%%, bridge CPU %.0f%% of the run, "
-                "%d of %d POLLs pipelined (%d mispredicted)"
-                % (
-                    fmt(r["offered_hz"]),
-                    r["counters"]["events_stored"] / max(1, r["counters"]["round_trips"]),
-                    r["rtt_ms"].get("p50", math.nan),
-                    r["rtt_ms"].get("p90", math.nan),
-                    r["rtt_ms"].get("mean", math.nan),
-                    r["bridge_gap_ms"].get("mean", math.nan),
-                    r["board_cpu_pct"] or math.nan,
-                    100 * r["receiver_cpu_s"] / max(1e-9, r["lw_seconds"]),
-                    r["counters"].get("pipelined", 0),
-                    r["counters"]["polls"],
-                    r["counters"].get("mispredicted", 0),
-                )
-                for r in lws
-            )
-            + "."
-        )
-        goals = [
-            ("acknowledged events/s >= 10x MQTT QoS 1 (best)", lw["rate"] >= 10 * best1["rate"]),
-            ("acknowledged events/s >= 2.5x MQTT QoS 0 (best)", lw["rate"] >= 2.5 * best0["rate"]),
-            (
-                "fewer wire bytes per event than every MQTT run",
-                all(per_event(lw, "bytes") < per_event(r, "bytes") for r in mq),
-            ),
-        ]
-        for name, ok in goals:
-            lines.append("- goal %s: %s" % (name, "MET" if ok else "NOT MET"))
-        cost = cpu_per_event(lw)
-        if cost is not None:
-            us, parts = cost
-            cores = os.cpu_count() or 1
-            need1, need0 = fmt(10 * best1["rate"]), fmt(2.5 * best0["rate"])
-            lines.append(
-                "- CPU per committed event at the best rate: board %.2f + bridge %.2f + store writer %.2f"
-                " = %.2f us; at that cost %d cores carry at most %s events/s (all of them busy, nothing"
-                " else running); 10x MQTT QoS 1 needs %s/s, 2.5x MQTT QoS 0 needs %s/s"
-                % (*parts, us, cores, fmt(cores * 1e6 / us), need1, need0)
-            )
-        lines.append("")
+        lines += clean_section(res, size)
     if res.get("impaired"):
-        lines.append("### %.0f%% packet loss each way on the board's link\n" % (100 * res["loss"]))
-        rows = [
-            [
-                "system",
-                "size",
-                "generated",
-                "receiver got",
-                "receiver knows lost",
-                "lost silently",
-                "duplicates (signalled)",
-                "reordered (signalled)",
-                "acknowledged events/s",
-                "wire bytes / event",
-            ]
-        ]
-        for r in res["impaired"]:
-            rows.append(
-                [
-                    r["system"] + (" @%s/s" % fmt(r["offered_hz"]) if "offered_hz" in r else ""),
-                    str(r["size"]),
-                    fmt(r["generated"]),
-                    fmt(r["received"]),
-                    fmt(r["known_lost"]),
-                    fmt(r["silent_lost"]),
-                    "%s (%s)" % (fmt(r["duplicates"]), fmt(r["dup_signalled"])),
-                    "%s (%s)" % (fmt(r["reordered"]), fmt(r["reorder_signalled"])),
-                    fmt(r["rate"]),
-                    fmt(per_event(r, "bytes"), 1),
-                ]
-            )
-        lines.append(table(rows))
-        q0 = [r for r in res["impaired"] if "QoS 0" in r["system"]]
-        lwi = [r for r in res["impaired"] if r["system"] == "leadwire"]
-        lines.append("")
-        lines.append(
-            "- goal zero silent loss where MQTT QoS 0 has some: leadwire silent %s, MQTT QoS 0 silent %s"
-            % (fmt(sum(r["silent_lost"] for r in lwi)), fmt(sum(r["silent_lost"] for r in q0)))
-        )
-        lines.append(
-            "  (leadwire rows count ring offsets, all channels: generated = offsets spanned, received = "
-            "stored, knows lost = counted by recoveries; MQTT rows count the payload sequence numbers; "
-            "MQTT gives the receiver no loss signal, only the DUP flag of a QoS 1 redelivery; "
-            "broker $SYS dropped counter: %s)"
-            % ", ".join(
-                "%s %d B: %s" % (r["system"], r["size"], fmt(r["broker_dropped"]))
-                for r in res["impaired"]
-                if "broker_dropped" in r
-            )
-        )
+        lines += impaired_section(res)
     return "\n".join(lines)
+
+
+def clean_section(res: dict[str, Any], size: int) -> list[str]:
+    """The report on `size`-byte events without impairment: the table, leadwire's ladder, the goals."""
+    lines: list[str] = []
+    runs = [r for r in res["clean"] if r["size"] == size]
+    mq = [r for r in runs if r["system"] != "leadwire"]
+    lws = [r for r in runs if r["system"] == "leadwire"]
+    lw = max(lws, key=lambda r: r["rate"] if not math.isnan(r["rate"]) else -1)
+    lossless = [r for r in lws if r["known_lost"] == 0 and r["silent_lost"] == 0]
+    best0 = max((r for r in mq if "QoS 0" in r["system"]), key=lambda r: r["rate"])
+    best1 = max((r for r in mq if "QoS 1" in r["system"]), key=lambda r: r["rate"])
+    lines.append("### %d-byte events, no impairment\n" % size)
+    head = ["metric", "leadwire", *[r["system"] for r in mq], "lw / best QoS 0", "lw / best QoS 1"]
+    rows = [head]
+    metrics: list[tuple[str, Any, int]] = [
+        ("acknowledged events/s", lambda r: r["rate"], 0),
+        ("events delivered", lambda r: r.get("events", r["received"]), 0),
+        ("wire bytes / event carried (IP, both ways)", lambda r: per_event(r, "bytes"), 1),
+        ("packets / event carried", lambda r: per_event(r, "packets"), 3),
+        ("wire bytes / event delivered to the host", lambda r: per_event(r, "bytes", True), 1),
+        ("board heap live, B", lambda r: r["heap_live"], 0),
+        ("board heap free low-water, B", lambda r: r["heap_low_free"], 0),
+        ("board bytes allocated / event", lambda r: r["alloc_per_event"], 1),
+    ]
+    # health records can be overwritten in the ring at high offered rates: use the lowest seen
+    lows = [r["heap_low_free"] for r in lws if r["heap_low_free"] is not None]
+    lw = {**lw, "heap_low_free": min(lows) if lows else None}
+    for name, f, digits in metrics:
+        vals = [fmt(f(r), digits) for r in [lw, *mq]]
+        rows.append([name, *vals, ratio(f(lw), f(best0)), ratio(f(lw), f(best1))])
+    lines.append(table(rows))
+    lines.append(
+        "\nleadwire: offered rates %s events/s -> committed %s/s; counted losses %s; best shown "
+        "(offered %s/s, ring %d x %d B). Highest offered rate with no loss at all: %s."
+        % (
+            ", ".join(fmt(r["offered_hz"]) for r in lws),
+            ", ".join(fmt(r["rate"]) for r in lws),
+            ", ".join(fmt(r["known_lost"]) for r in lws),
+            fmt(lw["offered_hz"]),
+            lw["ring"],
+            size,
+            fmt(max(r["offered_hz"] for r in lossless)) if lossless else "none",
+        )
+    )
+    lines.append(
+        "Best MQTT: QoS 0 = %s, QoS 1 = %s. MQTT QoS 1 as shipped ran %s events in %.1f s%s.\n"
+        % (
+            best0["system"],
+            best1["system"],
+            *next(
+                (
+                    (fmt(r["generated"]), r["pub_ms"] / 1000, " (time cap)" if r["timed_out"] else "")
+                    for r in mq
+                    if r["system"] == "MQTT QoS 1"
+                ),
+                ("-", 0.0, ""),
+            ),
+        )
+    )
+    lines.append(
+        "Where the time goes (leadwire, per offered rate): "
+        + "; ".join(
+            "%s/s: %.1f events per round trip, board answer p50 %.2f / p90 %.2f / mean %.2f ms, "
+            "bridge gap mean %.2f ms, board CPU %.0f%%, bridge CPU %.0f%% of the run, "
+            "%d of %d POLLs pipelined (%d mispredicted)"
+            % (
+                fmt(r["offered_hz"]),
+                r["counters"]["events_stored"] / max(1, r["counters"]["round_trips"]),
+                r["rtt_ms"].get("p50", math.nan),
+                r["rtt_ms"].get("p90", math.nan),
+                r["rtt_ms"].get("mean", math.nan),
+                r["bridge_gap_ms"].get("mean", math.nan),
+                r["board_cpu_pct"] or math.nan,
+                100 * r["receiver_cpu_s"] / max(1e-9, r["lw_seconds"]),
+                r["counters"].get("pipelined", 0),
+                r["counters"]["polls"],
+                r["counters"].get("mispredicted", 0),
+            )
+            for r in lws
+        )
+        + "."
+    )
+    goals = [
+        ("acknowledged events/s >= 10x MQTT QoS 1 (best)", lw["rate"] >= 10 * best1["rate"]),
+        ("acknowledged events/s >= 2.5x MQTT QoS 0 (best)", lw["rate"] >= 2.5 * best0["rate"]),
+        (
+            "fewer wire bytes per event than every MQTT run",
+            all(per_event(lw, "bytes") < per_event(r, "bytes") for r in mq),
+        ),
+    ]
+    for name, ok in goals:
+        lines.append("- goal %s: %s" % (name, "MET" if ok else "NOT MET"))
+    cost = cpu_per_event(lw)
+    if cost is not None:
+        us, parts = cost
+        cores = os.cpu_count() or 1
+        need1, need0 = fmt(10 * best1["rate"]), fmt(2.5 * best0["rate"])
+        lines.append(
+            "- CPU per committed event at the best rate: board %.2f + bridge %.2f + store writer %.2f"
+            " = %.2f us; at that cost %d cores carry at most %s events/s (all of them busy, nothing"
+            " else running); 10x MQTT QoS 1 needs %s/s, 2.5x MQTT QoS 0 needs %s/s"
+            % (*parts, us, cores, fmt(cores * 1e6 / us), need1, need0)
+        )
+    lines.append("")
+    return lines
+
+
+def impaired_section(res: dict[str, Any]) -> list[str]:
+    """The report on the lossy link: what each receiver got, knew lost and lost silently."""
+    lines: list[str] = []
+    lines.append("### %.0f%% packet loss each way on the board's link\n" % (100 * res["loss"]))
+    rows = [
+        [
+            "system",
+            "size",
+            "generated",
+            "receiver got",
+            "receiver knows lost",
+            "lost silently",
+            "duplicates (signalled)",
+            "reordered (signalled)",
+            "acknowledged events/s",
+            "wire bytes / event",
+        ]
+    ]
+    for r in res["impaired"]:
+        rows.append(
+            [
+                r["system"] + (" @%s/s" % fmt(r["offered_hz"]) if "offered_hz" in r else ""),
+                str(r["size"]),
+                fmt(r["generated"]),
+                fmt(r["received"]),
+                fmt(r["known_lost"]),
+                fmt(r["silent_lost"]),
+                "%s (%s)" % (fmt(r["duplicates"]), fmt(r["dup_signalled"])),
+                "%s (%s)" % (fmt(r["reordered"]), fmt(r["reorder_signalled"])),
+                fmt(r["rate"]),
+                fmt(per_event(r, "bytes"), 1),
+            ]
+        )
+    lines.append(table(rows))
+    q0 = [r for r in res["impaired"] if "QoS 0" in r["system"]]
+    lwi = [r for r in res["impaired"] if r["system"] == "leadwire"]
+    lines.append("")
+    lines.append(
+        "- goal zero silent loss where MQTT QoS 0 has some: leadwire silent %s, MQTT QoS 0 silent %s"
+        % (fmt(sum(r["silent_lost"] for r in lwi)), fmt(sum(r["silent_lost"] for r in q0)))
+    )
+    lines.append(
+        "  (leadwire rows count ring offsets, all channels: generated = offsets spanned, received = "
+        "stored, knows lost = counted by recoveries; MQTT rows count the payload sequence numbers; "
+        "MQTT gives the receiver no loss signal, only the DUP flag of a QoS 1 redelivery; "
+        "broker $SYS dropped counter: %s)"
+        % ", ".join(
+            "%s %d B: %s" % (r["system"], r["size"], fmt(r["broker_dropped"]))
+            for r in res["impaired"]
+            if "broker_dropped" in r
+        )
+    )
+    return lines
 
 
 # -- main --------------------------------------------------------------------------------------
