@@ -124,7 +124,15 @@ def test_restart_detected_with_new_epoch_and_offsets(open_dut: Open, transport: 
     c = d.client
     h1 = c.hello()
     pc = PollClient()
-    drive(c, pc, lambda kind: kind == "nothing", 10 * d.slow)  # handshake, first contact, caught up
+    # caught up: a NO_EVENT. On the emulated Pico a poll's round trip can outlast the 20 ms between
+    # samples (50 Hz), so a NO_EVENT may never come there: events taken from the same boot show the
+    # same (the overrun and restart counters below are what the test is about)
+    ends = ("nothing", "events") if d.kind == "rp2" else ("nothing",)
+
+    def caught_up(kind: str) -> bool:
+        return kind in ends
+
+    drive(c, pc, caught_up, 10 * d.slow)  # handshake, first contact, caught up
     assert pc.epoch == h1.boot_epoch and pc.restarts == 0
     n_before = pc.n
     d.restart()
@@ -137,7 +145,7 @@ def test_restart_detected_with_new_epoch_and_offsets(open_dut: Open, transport: 
     assert pc.loss is not None and pc.loss.cause == "restart" and pc.loss.lost is None
     # a new random start: the old offset is not in the new boot's range
     assert not distance(n_before, pc.loss.n0) <= distance(pc.loss.n1, pc.loss.n0)
-    drive(c, pc, lambda kind: kind == "nothing")
+    drive(c, pc, caught_up, 10 * d.slow)  # the new boot's events, on its clock
     assert pc.lost == 0  # nothing counted as an overrun
 
 
@@ -342,7 +350,14 @@ def test_close_with_priority(open_dut: Open, transport: str) -> None:
     assert len({f.seq for f in alarms}) == 1 and (d.kind == "rp2" or len(alarms) == 1)
     assert notifies[-1].channel == 9
     report_frags = [f for f in notifies if f.channel == 1 and f.message_id == head.message_id]
-    assert not any(f.last for f in report_frags)
+    if d.kind == "rp2":
+        # rp2's UART driver holds 1 KB (txbuf): a report of up to 1 KB can be wholly handed to the
+        # driver before the agent reads the bad frame. What is in the driver is on the wire; only
+        # frames still queued can be abandoned. So its last fragment, if it went, went before the alarm.
+        first_alarm = next(i for i, f in enumerate(tail) if f.type == wire.NOTIFY and f.channel == 9)
+        assert all(tail.index(f) < first_alarm for f in report_frags if f.last)
+    else:
+        assert not any(f.last for f in report_frags)
     assert c.recv([wire.NOTIFY], 0.5 * d.slow) is None  # nothing after the close
 
 
