@@ -90,7 +90,7 @@ def test_frames_longer_than_the_uart_ring_arrive_whole(open_dut: Open) -> None:
     # (what the pty held from before this boot, e.g. a frame cut short by the reset, is not ours)
     c.errors.clear()
     c.log.clear()
-    _, got = catch_up(c, add(n0, -1))
+    _, got = catch_up(c, add(n0, -1), enough=90)
     sizes = [len(raw) for _, raw in c.log]
     assert c.errors == []
     assert max(sizes) > 256 and max(sizes) <= 1024, sizes
