@@ -54,6 +54,16 @@ def run_micropython(lib: Path, *args: str, timeout: float = 60) -> subprocess.Co
     )
 
 
+def run_checks(lib: Path, *checks: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The named checks of core_runner in one interpreter. The runner is imported, then its main()
+    called: run as `-m core_runner`, the module's top level would still be executing and keep the
+    bytecode of every check alive (~7 KB of the 64 KB heap); imported, main() can free the checks
+    it does not run (a pipelined-burst check needed 65 KB the first way, fragmentation-dependent)."""
+    argv = ["core_runner", "tests/vectors", *checks]
+    code = "import sys\nsys.argv[:] = %r\nimport core_runner\nsys.exit(core_runner.main())\n" % (argv,)
+    return run_micropython(lib, "-c", code, timeout=timeout)
+
+
 def run_in_board_dir(
     board: Path, *args: str, heap: str = HEAP, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, run_micropython
+from .conftest import ROOT, run_checks, run_micropython
 
 pytestmark = pytest.mark.micropython
 
@@ -25,7 +25,7 @@ def test_runner_has_checks() -> None:
 
 @pytest.mark.parametrize("check", CHECKS)
 def test_core_check(mpy_lib: Path, check: str) -> None:
-    r = run_micropython(mpy_lib, "-m", "core_runner", "tests/vectors", check)
+    r = run_checks(mpy_lib, check)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[0] == "ok " + check, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "1 passed, 0 failed"
@@ -86,5 +86,5 @@ def test_refused_viper_mpy_falls_back_to_bytecode(mpy_lib: Path, tmp_path: Path,
     assert r.stdout.split() == ["True", "True", "False", "samples"], r.stdout + r.stderr
     checks = ["test_crc16_vectors", "test_alloc_copy", "test_write_samples_equals_writes",
               "test_alloc_write_samples", "test_alloc_ring_write", "test_alloc_answer_into"]
-    r = run_micropython(lib, "-m", "core_runner", "tests/vectors", *checks)
+    r = run_checks(lib, *checks)
     assert r.stdout.splitlines() == ["ok " + c for c in checks] + ["6 passed, 0 failed"], r.stdout + r.stderr
