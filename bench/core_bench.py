@@ -64,7 +64,7 @@ ring = EventRing(256, 0xFFFFF000, 64)
 p = bytearray(64)
 for i in range(40):
     ring.write(p, 1, 64)
-n = ring.newest - 30
+n = ring.newest() - 30
 buf = bytearray(1420)
 size = ring.answer_into(buf, n >> 16, n & 0xFFFF, 20, 1400)
 dev = auth.Endpoint(bytes(range(32)), auth.TO_HOST)
@@ -120,7 +120,7 @@ def cpython_figures() -> dict[str, float]:
     buf = bytearray(1412)
     out: dict[str, float] = {}
     out["ring_write_per_s"] = cpython_rate(lambda: ring.write(payload, 1, 64), 200000)
-    n = ring.newest - 40
+    n = ring.newest() - 40
 
     out["answer20_per_s"] = cpython_rate(lambda: ring.answer_into(buf, n >> 16, n & 0xFFFF, 20, 1400), 50000)
     frame = bytes(1024)

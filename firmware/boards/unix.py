@@ -56,7 +56,7 @@ def _trace():
                     n = int(f.read())
             except (OSError, ValueError):
                 pass
-            s = (self.newest + 1) & 0xFFFFFFFF
+            s = (self.newest() + 1) & 0xFFFFFFFF
             h = bytearray(b"\x00\xff\xff")
             for v in (epoch, s, n):
                 h.extend(bytes(((v >> 24) & 0xFF, (v >> 16) & 0xFF, (v >> 8) & 0xFF, v & 0xFF)))

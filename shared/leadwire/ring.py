@@ -232,19 +232,17 @@ class EventRing:
 
     # -- host / test conveniences (allocate) ---------------------------------------------
 
-    @property
     def newest(self):
         """Offset of the newest event (or s^-1(start) before the first one)."""
         return (self._hi << 16) | self._lo
 
-    @property
     def oldest(self):
-        return (self.newest - max(self.count, 1) + 1) & 0xFFFFFFFF
+        return (self.newest() - max(self.count, 1) + 1) & 0xFFFFFFFF
 
     def append(self, payload, channel=0):
         """Append and return the event's offset (an int: allocates above 2^30 on 32-bit ports)."""
         self.write(payload, channel)
-        return self.newest
+        return self.newest()
 
     def _event_at(self, back):
         # the event `back` places before the newest: (channel, payload)
@@ -267,7 +265,7 @@ class EventRing:
         if kind == NO_EVENT:
             return (NO_EVENT, n)
         if kind == RECOVERY:
-            return (RECOVERY, self.oldest, self.newest)
+            return (RECOVERY, self.oldest(), self.newest())
         out = []  # type: list[tuple[int, bytes]]
         used = BATCH_HEAD
         back = self._d - 1

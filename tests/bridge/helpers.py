@@ -83,7 +83,7 @@ class Driver:
                 req.type == wire.POLL
                 and self.client.recovery is None
                 and self.core.ring.count
-                and self.client.n == self.core.ring.newest
+                and self.client.n == self.core.ring.newest()
             ):
                 return
         raise AssertionError("did not drain")

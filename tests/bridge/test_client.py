@@ -241,7 +241,7 @@ def test_adaptive_interval_stays_within_bounds() -> None:
     assert d.delays[-1] == 0.0 and cl.interval == 0.4
     for _ in range(12):
         d.exchange()
-    assert cl.n == core.ring.newest
+    assert cl.n == core.ring.newest()
     assert 0.01 <= cl.interval <= 0.8
 
 
@@ -267,7 +267,7 @@ def test_property_every_event_is_stored_once_or_counted_lost(
     core.write_events(1)
     for _ in range(200):  # drain without faults
         d.exchange()
-        if cl.n == core.ring.newest and not cl.pc.fresh and cl.recovery is None and not d.held:
+        if cl.n == core.ring.newest() and not cl.pc.fresh and cl.recovery is None and not d.held:
             break
     stored = offsets(cl)
     assert len(stored) == len(set(stored))  # no duplicate

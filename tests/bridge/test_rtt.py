@@ -240,7 +240,7 @@ def test_property_rto_samples_exact_and_every_event_stored_once_or_counted_lost(
     end = link.t + 5.0
     while link.t < end and link.q:
         link.run_until(link.t + 0.01)
-        if cl.n == core.ring.newest and not cl.pc.fresh and cl.recovery is None and core.generated:
+        if cl.n == core.ring.newest() and not cl.pc.fresh and cl.recovery is None and core.generated:
             break
     link.run_until(link.t + 0.2)  # copies and late answers still in flight
     e = cl.rtt
@@ -261,7 +261,7 @@ def test_property_rto_samples_exact_and_every_event_stored_once_or_counted_lost(
     lost = sum(r.lost for r in losses if r.lost is not None)
     before = sum(u32.distance(r.n0, core.start) for r in losses if r.cause == "first_contact")
     if core.generated:
-        assert cl.n == core.ring.newest
+        assert cl.n == core.ring.newest()
         assert len(stored) + lost + before == core.generated
         gen = [core.offset_of(i) for i in range(core.generated)]
         assert stored == [o for o in gen if o in set(stored)]

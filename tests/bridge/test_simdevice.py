@@ -33,7 +33,7 @@ def test_virtual_ring_answers_byte_for_byte_like_event_ring(payload: int, start:
             core.write_events(1, vr.gen_us(i))
         assert core.generated == vr.generated(now)
         # any n: before, inside and after the held range, and far away (recovery)
-        newest = core.ring.newest
+        newest = core.ring.newest()
         n = rng.choice([newest, (newest - rng.randrange(0, 20)) & 0xFFFFFFFF, rng.getrandbits(32), 0])
         tag = (tag + 1) & 0xFF
         me, mb = rng.choice([1, 5, 64, 255]), rng.choice([16, 100, 2047])
@@ -75,7 +75,7 @@ def test_signed_virtual_ring_answers_byte_for_byte_like_signed_sim_core() -> Non
         now = vr.gen_us(core.generated + rng.randrange(0, 6))
         for i in range(core.generated, vr.generated(now)):
             core.write_events(1, vr.gen_us(i))
-        newest = core.ring.newest
+        newest = core.ring.newest()
         n = rng.choice([newest, (newest - rng.randrange(0, 20)) & 0xFFFFFFFF, rng.getrandbits(32)])
         req = signed(messages.poll_frame(n, rng.choice([1, 5, 255]), rng.choice([16, 100, 2000]), tag & 0xFF))
         a = vr.handle(req, now)

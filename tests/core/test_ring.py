@@ -198,7 +198,7 @@ def test_hot_path_never_builds_ints_of_2_30_or_more() -> None:
         sys.settrace(None)
     state = [r._hi, r._lo, r._d, r._head, r.count, r.overwritten]
     assert seen and max(abs(v) for v in seen + state) < 2**30
-    assert r.newest == (TOP - 5 + 20 - 1) & TOP
+    assert r.newest() == (TOP - 5 + 20 - 1) & TOP
 
 
 def _by_writes(r: EventRing, payload: bytes, channel: int, n: int, count: int, number: int) -> None:
@@ -210,7 +210,7 @@ def _by_writes(r: EventRing, payload: bytes, channel: int, n: int, count: int, n
 
 
 def _state(r: EventRing) -> tuple[object, ...]:
-    return (bytes(r._store), r._head, r._hi, r._lo, r.count, r.overwritten, r.newest, r.oldest)
+    return (bytes(r._store), r._head, r._hi, r._lo, r.count, r.overwritten, r.newest(), r.oldest())
 
 
 @settings(max_examples=200, deadline=None)
@@ -241,7 +241,7 @@ def test_write_samples_equals_one_write_per_event(
         number = (number + count) & 0xFFFF
     ba, bb = bytearray(200), bytearray(200)
     for back in range(capacity + 2):
-        q = (a.newest - back) & TOP
+        q = (a.newest() - back) & TOP
         hi, lo = q >> 16, q & 0xFFFF
         assert a.answer_into(ba, hi, lo, 255, 2047) == b.answer_into(bb, hi, lo, 255, 2047)
         assert ba == bb
@@ -252,5 +252,5 @@ def test_write_samples_saturates_overwritten() -> None:
     r.overwritten = 0x3FFFFFFF - 3
     for i in range(5):
         r.write_samples(b"abcd", 1, 4, 4, 4 * i)
-    assert (r.count, r.overwritten, r.newest) == (4, 0x3FFFFFFF, 19)
+    assert (r.count, r.overwritten, r.newest()) == (4, 0x3FFFFFFF, 19)
     assert r.poll(18) == (EVENT, 19, b"\x00\x13cd")

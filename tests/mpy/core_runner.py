@@ -536,7 +536,7 @@ def test_offsets_stay_small_across_wrap():
         for v in (r._hi, r._lo, r._d, r.count):
             if not -(1 << 17) < v < (1 << 17):
                 raise AssertionError("ring state holds a large int %d" % v)
-    eq(r.newest, 5, "wrapped newest")
+    eq(r.newest(), 5, "wrapped newest")
     size = r.answer_into(buf, 0xFFFF, 0xFFFF, 4, 64)  # n = 2^32-1 -> first event is offset 0
     eq(codec.decode(bytes(buf[:size])).seq, 0, "s(2^32-1) = 0")
 

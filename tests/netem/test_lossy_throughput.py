@@ -54,10 +54,10 @@ async def run(tmp: Path, name: str, loss: float) -> dict[str, Any]:
         c = next(iter(b.clients.values()))
         core = fleet.cores[0]
         for _ in range(300):
-            if c.n == core.ring.newest and c.recovery is None:
+            if c.n == core.ring.newest() and c.recovery is None:
                 break
             await asyncio.sleep(0.01)
-        assert c.n == core.ring.newest
+        assert c.n == core.ring.newest()
         await b.stop()
     finally:
         await b.stop()
