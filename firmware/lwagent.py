@@ -34,7 +34,13 @@ import gc
 import select
 import time
 
-from micropython import const
+# heap_lock around the ring's calls on the hot path: a bytecode call whose frame is over 11 words
+# (MicroPython's VM_MAX_STATE_ON_STACK: write_samples, answer_into) takes it from the GC heap and
+# frees it on return unless the heap is locked, when it goes on the C stack instead. Net 0 bytes
+# either way, but the heap search costs: on the emulated Pico (rp2, 246 KB heap) a ring write
+# took 64,145 cycles unlocked against 11,444 locked (bench/pico_bench.py, docs/benchmarks.md).
+# The calls in between are proven 0-byte (tests), and the lock is released in `finally`.
+from micropython import const, heap_lock, heap_unlock
 
 from leadwire import device as dv
 from leadwire import wire
@@ -181,7 +187,11 @@ class Agent:
 
     def emit(self, channel, data, n):
         """One event: into the ring, and into the report body of every session on its channel."""
-        self.ring.write(data, channel, n)
+        heap_lock()
+        try:
+            self.ring.write(data, channel, n)
+        finally:
+            heap_unlock()
         if not self.pushing:  # no push session on any link: the ring is all (the fast path)
             return
         for L in self.links:
@@ -249,7 +259,11 @@ class Agent:
                 mb = L[_LIM]  # the signed frame must fit the link's frame
             i = 0
             while True:
-                m = ring.answer_into(tx, hi, lo, me, mb, b[3], i)
+                heap_lock()
+                try:
+                    m = ring.answer_into(tx, hi, lo, me, mb, b[3], i)
+                finally:
+                    heap_unlock()
                 self.h[_DROP] += _send(L, tx, m, a)
                 i += 1
                 if i == k or not ring.backlog:  # backlog is 0 unless the frame was EVENTS
@@ -455,7 +469,11 @@ class Agent:
                             self.emit(s[0], s[_SBUF], s[_SSIZE])
                             n -= 1
                     else:  # the ring is all: one call, the byte loop in native code (~0.2 us per 64 B)
-                        self.ring.write_samples(s[_SBUF], s[0], s[_SSIZE], n, s[_SNUM])
+                        heap_lock()
+                        try:
+                            self.ring.write_samples(s[_SBUF], s[0], s[_SSIZE], n, s[_SNUM])
+                        finally:
+                            heap_unlock()
                         s[_SNUM] = (s[_SNUM] + n) & 0xFFFF
                 ms = time.ticks_ms()
                 if time.ticks_diff(ms, sec) >= 0:
