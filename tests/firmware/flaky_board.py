@@ -7,6 +7,7 @@
 # globals (a closure with more than 5 closed-over values and arguments builds its argument array
 # on the heap, which fails there).
 from boards.unix_base import *  # noqa: F403 -- boards/unix.py's functions (the test renames its .mpy)
+
 from leadwire import ring
 from leadwire.ring import EventRing as _Ring
 

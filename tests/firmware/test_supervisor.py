@@ -20,7 +20,7 @@ from leadwire.u32 import add
 from ..hil.client import Client, SerialLink, UdpLink
 from ..hil.test_hil import catch_up, first_range
 from ..mpy.conftest import mpy_cross
-from .test_serial_only import pico_dir
+from .test_serial_only import PICO_HEAP, pico_dir
 
 HERE = Path(__file__).resolve().parent
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(60)]
@@ -69,7 +69,7 @@ def test_a_fatal_error_resets_the_board_after_a_delay(tmp_path: Path) -> None:
     (d / "fatal").write_text("")
     t0 = time.monotonic()
     with pytest.raises(BoardError) as e:
-        start_board("serial", config={}, board_dir=d, build_firmware=False)
+        start_board("serial", config={}, board_dir=d, build_firmware=False, heap=PICO_HEAP)
     took = time.monotonic() - t0
     out = str(e.value)
     assert "leadwire: agent stopped: OSError('injected fatal',); reset in 1 s" in out, out
@@ -79,7 +79,7 @@ def test_a_fatal_error_resets_the_board_after_a_delay(tmp_path: Path) -> None:
 
 def test_the_watchdog_is_started_with_its_timeout_and_fed(tmp_path: Path) -> None:
     d = pico_dir(tmp_path)
-    with start_board("serial", config={"wdt": 3000}, board_dir=d, build_firmware=False) as b:
+    with start_board("serial", config={"wdt": 3000}, board_dir=d, build_firmware=False, heap=PICO_HEAP) as b:
         time.sleep(1.0)
         log = (d / "wdt.log").read_text().splitlines()
         assert b.port is not None
@@ -102,7 +102,7 @@ def test_two_boots_never_share_an_epoch_with_a_constant_urandom(tmp_path: Path) 
     cfg = {"sensors": [{"ch": 1, "hz": 50, "size": 8}]}
     seen = []
     for boot in (1, 2, 3):
-        with start_board("serial", config=cfg, board_dir=d, build_firmware=False) as b:
+        with start_board("serial", config=cfg, board_dir=d, build_firmware=False, heap=PICO_HEAP) as b:
             assert b.port is not None
             c = Client(SerialLink(b.port))
             try:
