@@ -146,7 +146,7 @@ def _send(L, b, n, a):
             L[_IO].sendto(L[_MV][:n] if b is L[_TX] else b, a)
         else:
             cb = L[_CB]
-            m = encode_into(b, n, cb) + 1
+            m = encode_into(b, n, cb, 0) + 1
             cb[m - 1] = 0
             io = L[_IO]
             p = t = 0

@@ -16,7 +16,8 @@ def max_encoded(n):
 
 
 def encode_into(src, n, dst, d=0):
-    """COBS-encode src[:n] into dst at d; returns the end position. Allocates nothing."""
+    """COBS-encode src[:n] into dst at d; returns the end position. Allocates nothing. On
+    MicroPython this is the viper twin where it loads: give d there (viper has no defaults)."""
     code_pos = d
     d += 1
     code = 1
@@ -38,6 +39,13 @@ def encode_into(src, n, dst, d=0):
                 code = 1
     dst[code_pos] = code
     return d
+
+
+if MICROPYTHON:  # native code where the port has an emitter and takes _viper.mpy (every argument given)
+    try:
+        from leadwire._viper import encode_into  # type: ignore[no-redef, assignment]
+    except (ImportError, SyntaxError, NotImplementedError, ValueError):  # ValueError: _viper.mpy refused
+        pass
 
 
 def decode_in_place(buf, n):
@@ -67,7 +75,7 @@ def decode_in_place(buf, n):
 
 def _encode_own(data):
     out = bytearray(max_encoded(len(data)) + 1)
-    end = encode_into(data, len(data), out)
+    end = encode_into(data, len(data), out, 0)
     out[end] = DELIMITER
     return bytes(out[: end + 1])
 

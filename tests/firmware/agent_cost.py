@@ -80,7 +80,7 @@ def sendto():  # one 1,422-byte datagram out (and read back, in batches, so the 
 
 def cobs():  # the same frame COBS-encoded for the serial link
     for _ in range(M):
-        encode_into(buf, 1422, cb)
+        encode_into(buf, 1422, cb, 0)
 
 
 best("ring_write_per_event", ring_write, N)

@@ -134,7 +134,7 @@ def serial_poll():
 def serial_bytes_in():
     # a POLL arriving COBS-framed: scan + answer + COBS out
     make_poll(5)
-    m = encode_into(pf, 16, enc)
+    m = encode_into(pf, 16, enc, 0)
     enc[m] = 0
     dec = L[14]
     p = 0

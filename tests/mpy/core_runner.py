@@ -56,7 +56,7 @@ def test_cobs_vectors():
         raw = h(v["raw"])
         enc = h(v["encoded"])
         out = bytearray(framing.max_encoded(len(raw)) + 1)
-        end = framing.encode_into(raw, len(raw), out)
+        end = framing.encode_into(raw, len(raw), out, 0)
         out[end] = 0
         eq(bytes(out[: end + 1]), enc, "cobs encode " + v["raw"][:16])
         buf = bytearray(enc[:-1])
@@ -504,7 +504,7 @@ def test_alloc_cobs_encode():
     dst = bytearray(framing.max_encoded(len(src)) + 1)
 
     def step():
-        framing.encode_into(src, len(src), dst)
+        framing.encode_into(src, len(src), dst, 0)
 
     _steady(step, 200)
 
