@@ -99,7 +99,9 @@ def bench(P, k, N, M):
     for j in range(M):
         p = 0
         while p < end:
+            heap_lock()
             p = d.scan(P, p, end)
+            heap_unlock()
             n = d.ready
             if n > 0:
                 f = d.frame

@@ -34,8 +34,9 @@ import gc
 import select
 import time
 
-# heap_lock around the ring's calls on the hot path: a bytecode call whose frame is over 11 words
-# (MicroPython's VM_MAX_STATE_ON_STACK: write_samples, answer_into) takes it from the GC heap and
+# heap_lock around the ring's calls and the serial scan on the hot path: a bytecode call whose
+# frame is over 11 words (MicroPython's VM_MAX_STATE_ON_STACK: write_samples, answer_into,
+# StreamDecoder.scan and what they call) takes it from the GC heap and
 # frees it on return unless the heap is locked, when it goes on the C stack instead. Net 0 bytes
 # either way, but the heap search costs: on the emulated Pico (rp2, 246 KB heap) a ring write
 # took 64,145 cycles unlocked against 11,444 locked (bench/pico_bench.py, docs/benchmarks.md).
@@ -404,7 +405,11 @@ class Agent:
                             dec = L[_DEC]
                             p = 0
                             while p < n:
-                                p = dec.scan(rb, p, n)
+                                heap_lock()  # scan: 0 bytes, its frame off the heap (see import)
+                                try:
+                                    p = dec.scan(rb, p, n)
+                                finally:
+                                    heap_unlock()
                                 if dec.ready > 0:
                                     self._rx(L, dec.frame, dec.ready, None)
                                 elif dec.ready < 0:
