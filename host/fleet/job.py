@@ -521,21 +521,26 @@ def build_tables(
     dev = keep(by_device(inputs.arrivals, window_seconds))
     rows = T.transform_order(T.transform_leads(dev)).where(T.in_range(F.col("rx_us"), since, until))
     values = T.transform_latency_values(dev.where(T.in_range(F.col("rx_us"), since, until)))
+    started = F.unix_micros("started_ts")
     stage = cut(
         T.transform_stack(
             {
                 "cw": T.transform_channel_windows(rows, with_mismatches=True),
                 "lat_dev": T.transform_device_latency(values),
                 "lat": T.transform_latency_counts(values),
+                # recoveries and restarts (small inputs) in the same job: one job, not three
+                "rec": T.transform_recoveries(
+                    inputs.losses.where(T.in_range(started, since, until)), window_seconds
+                ),
+                "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
             }
         )
     )
     cw = T.transform_unstack(stage, "cw", T.CHANNEL_WINDOW_COLS)
     lat_dev = T.transform_unstack(stage, "lat_dev", ["device_id", *T.LATENCY_WIDE])
     lat = T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS)
-    started = F.unix_micros("started_ts")
-    rec = cut(T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds))
-    rst = cut(T.transform_restarts(inputs.boots, window_seconds, since, until))
+    rec = T.transform_unstack(stage, "rec", T.RECOVERY_COLS)
+    rst = T.transform_unstack(stage, "rst", T.RESTART_COLS)
     devices = cut(T.transform_devices(cw, rec, rst, lat_dev))
     fleet_latency = T.transform_fleet_latency(lat)
     return {
@@ -688,7 +693,9 @@ def run_job(
         # with static executors (or dynamic allocation's default cachedExecutorIdleTimeout)
         cp = df.localCheckpoint(eager=True)
         cached.append(cp)
-        return cp
+        # a union of parts has the sum of their partitions (5 x shuffle partitions for the
+        # stage): what reads it (a few thousand rows) runs in one task per core instead
+        return cp.coalesce(spark.sparkContext.defaultParallelism)
 
     try:
         dates = (
@@ -824,9 +831,9 @@ def _mismatches(spark: SparkSession, mm: DataFrame, out_dir: str, n_mismatch: in
         _delete(spark, path)  # a stale earlier run
         return 0, None
     mm.write.mode("overwrite").parquet(path)
-    n = mm.count()
-    head = mm if n <= MISMATCH_CSV_ROWS else mm.limit(MISMATCH_CSV_ROWS)
-    return n, _sorted(head.toArrow(), [*T.LEAD_KEY, "arrival"])
+    head = mm.limit(MISMATCH_CSV_ROWS + 1).toArrow()  # the count comes with it when it is small
+    n = head.num_rows if head.num_rows <= MISMATCH_CSV_ROWS else mm.count()
+    return n, _sorted(head.slice(0, MISMATCH_CSV_ROWS), [*T.LEAD_KEY, "arrival"])
 
 
 def _plain(v: Any) -> Any:

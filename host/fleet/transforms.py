@@ -498,40 +498,72 @@ def transform_restarts(
     )
 
 
-def _recovery_rollup(rec: DataFrame, by: list[str]) -> DataFrame:
-    return rec.groupBy(*by).agg(
-        F.sum("phases").cast("long").alias("recovery_phases"),
-        F.sum(F.when(F.col("cause") == "overrun", F.col("phases")).otherwise(0))
-        .cast("long")
-        .alias("overruns"),
-        F.sum("lost_exact").cast("long").alias("events_lost_exact"),
-        F.sum("lost_unknown").cast("long").alias("unknown_loss_recoveries"),
-        F.sum("duration_us_sum").cast("long").alias("recovery_us_sum"),
-        F.max("duration_us_max").cast("long").alias("recovery_us_max"),
-    )
-
-
-def _restart_rollup(rst: DataFrame, by: list[str]) -> DataFrame:
-    return rst.groupBy(*by).agg(
-        F.sum("boots_seen").cast("long").alias("boots_seen"),
-        F.sum("restarts").cast("long").alias("restarts"),
-    )
-
-
-_ZERO_FILL = [
-    "boots_seen",
-    "restarts",
+# The roll-ups (devices, by firmware, by transport, loss over time) read ONE union of narrow
+# projections of their sources (channel windows, recoveries, restarts, latency) and aggregate it
+# once: one exchange per table. (Before: a groupBy per source and full outer joins between them,
+# each a sort-merge join with its own exchanges: ~25 stages for the four tables.) Sums over a
+# group without rows of a source are null and filled with 0, as the outer joins were.
+ROLL_DIMS = ["device_id", "firmware_version", "transport", "window_start"]
+_RECOVERY_ROLL = [
     "recovery_phases",
     "overruns",
     "events_lost_exact",
     "unknown_loss_recoveries",
     "recovery_us_sum",
-    "recovery_us_max",
 ]
+_ZERO_FILL = ["boots_seen", "restarts", *_RECOVERY_ROLL, "recovery_us_max"]
 
 
-def _fill_counts(df: DataFrame, cols: list[str]) -> DataFrame:
-    return df.fillna(0, subset=cols)
+def _roll_source(
+    cw: DataFrame, rec: DataFrame, rst: DataFrame, cw_cols: list[str], *extra: DataFrame
+) -> DataFrame:
+    """cw (its `cw_cols`, flagged `_cw`), rec and rst as rows of one DataFrame with the roll-up
+    columns (a column a source lacks is null there), plus `extra` frames as they are."""
+    parts = [
+        cw.select(*ROLL_DIMS, F.lit(True).alias("_cw"), *cw_cols),
+        rec.select(
+            *ROLL_DIMS,
+            F.col("phases").cast("long").alias("recovery_phases"),
+            F.when(F.col("cause") == "overrun", F.col("phases")).otherwise(0).cast("long").alias("overruns"),
+            F.col("lost_exact").cast("long").alias("events_lost_exact"),
+            F.col("lost_unknown").cast("long").alias("unknown_loss_recoveries"),
+            F.col("duration_us_sum").cast("long").alias("recovery_us_sum"),
+            F.col("duration_us_max").cast("long").alias("recovery_us_max"),
+        ),
+        rst.select(*ROLL_DIMS, F.col("boots_seen").cast("long"), F.col("restarts").cast("long")),
+        *extra,
+    ]
+    out = parts[0]
+    for d in parts[1:]:
+        out = out.unionByName(d, allowMissingColumns=True)
+    return out
+
+
+def _sum0(c: str) -> Column:
+    return F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c)
+
+
+def _max0(c: str) -> Column:
+    return F.coalesce(F.max(c), F.lit(0)).cast("long").alias(c)
+
+
+def _rates() -> list[Column]:
+    return [
+        _ratio("lost", F.col("unique") + F.col("lost")).alias("loss_rate"),
+        _ratio("duplicates", F.col("messages")).alias("dup_rate"),
+        _ratio("late", F.col("messages")).alias("late_rate"),
+    ]
+
+
+def _latency_pivot(value: str = "value_us", weight: str = "n") -> list[Column]:
+    """<metric>_p<q>_us of the (metric, value, weight) rows in the group, as aggregate
+    expressions (rows of other sources have null values and are ignored by percentile)."""
+    out = []
+    for m in LATENCY_METRICS:
+        this = F.col("metric") == m
+        pct = F.percentile(F.when(this, F.col(value)), list(PERCENTILES), F.when(this, F.col(weight)))
+        out.extend(pct[i].alias("%s_p%g_us" % (m, p * 100)) for i, p in enumerate(PERCENTILES))
+    return out
 
 
 def transform_device_latency(values: DataFrame) -> DataFrame:
@@ -561,25 +593,19 @@ def transform_unstack(stacked: DataFrame, tag: str, cols: list[str]) -> DataFram
 
 def transform_devices(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat: DataFrame) -> DataFrame:
     """One row per device over the whole input: counts, rates, restarts, recoveries, latency
-    (`lat`: transform_device_latency output)."""
-    base = cw.groupBy("device_id").agg(
-        F.array_join(F.array_sort(F.collect_set("firmware_version")), ",").alias("firmware_versions"),
-        F.array_join(F.array_sort(F.collect_set("transport")), ",").alias("transports"),
-        *(F.sum(c).cast("long").alias(c) for c in SUM_COLS),
-        *(F.max(c).cast("long").alias(c) for c in MAX_COLS),
+    (`lat`: transform_device_latency output). One aggregation of _roll_source, no joins."""
+    src = _roll_source(cw, rec, rst, [*SUM_COLS, *MAX_COLS], lat.select("device_id", *LATENCY_WIDE))
+    fws = F.collect_set(F.when(F.col("_cw"), F.col("firmware_version")))
+    trs = F.collect_set(F.when(F.col("_cw"), F.col("transport")))
+    out = src.groupBy("device_id").agg(
+        # null for a device with recoveries or boots but no arrivals (as the outer join gave)
+        F.when(F.size(fws) > 0, F.array_join(F.array_sort(fws), ",")).alias("firmware_versions"),
+        F.when(F.size(trs) > 0, F.array_join(F.array_sort(trs), ",")).alias("transports"),
+        *(_sum0(c) for c in [*SUM_COLS, *RECOVERY_SUMS]),
+        *(_max0(c) for c in [*MAX_COLS, "recovery_us_max"]),
+        *(F.max(c).alias(c) for c in LATENCY_WIDE),
     )
-    out = (
-        base.join(_recovery_rollup(rec, ["device_id"]), on="device_id", how="full")
-        .join(_restart_rollup(rst, ["device_id"]), on="device_id", how="full")
-        .join(lat, on="device_id", how="left")
-    )
-    out = _fill_counts(out, [*SUM_COLS, *MAX_COLS, *_ZERO_FILL])
-    return (
-        out.withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
-        .withColumn("dup_rate", _ratio("duplicates", F.col("messages")))
-        .withColumn("late_rate", _ratio("late", F.col("messages")))
-        .select(*DEVICE_COLS)
-    )
+    return out.select("*", *_rates()).select(*DEVICE_COLS)
 
 
 def transform_worst(devices: DataFrame, n: int = 10) -> DataFrame:
@@ -591,50 +617,41 @@ def transform_worst(devices: DataFrame, n: int = 10) -> DataFrame:
 
 
 def transform_compare(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat: DataFrame, dim: str) -> DataFrame:
-    """Fleet metrics side by side for each value of `dim` (firmware_version or transport)."""
-    base = cw.groupBy(dim).agg(
-        F.countDistinct("device_id").alias("devices"),
-        *(F.sum(c).cast("long").alias(c) for c in COMPARE_SUMS),
-        F.max("reorder_depth_max").cast("long").alias("reorder_depth_max"),
+    """Fleet metrics side by side for each value of `dim` (firmware_version or transport): one
+    aggregation of _roll_source with the latency multiset (`lat`: transform_latency_counts)."""
+    src = _roll_source(
+        cw,
+        rec,
+        rst,
+        [*COMPARE_SUMS, "reorder_depth_max"],
+        lat.select(dim, "metric", "value_us", F.col("n").alias("_n")),
     )
-    lat = _latency_wide(transform_percentiles(lat, [dim]), [dim])
-    out = (
-        base.join(_recovery_rollup(rec, [dim]), on=dim, how="full")
-        .join(_restart_rollup(rst, [dim]), on=dim, how="full")
-        .join(lat, on=dim, how="left")
+    out = src.groupBy(dim).agg(
+        F.size(F.collect_set(F.when(F.col("_cw"), F.col("device_id")))).cast("long").alias("devices"),
+        *(_sum0(c) for c in [*COMPARE_SUMS, "boots_seen", "restarts", *_RECOVERY_ROLL]),
+        *(_max0(c) for c in ["reorder_depth_max", "recovery_us_max"]),
+        *_latency_pivot(weight="_n"),
     )
-    out = _fill_counts(out, ["devices", *COMPARE_SUMS, "reorder_depth_max", *_ZERO_FILL])
-    return (
-        out.withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
-        .withColumn("dup_rate", _ratio("duplicates", F.col("messages")))
-        .withColumn("late_rate", _ratio("late", F.col("messages")))
-        .select(
-            dim,
-            "devices",
-            *COMPARE_SUMS,
-            "reorder_depth_max",
-            "loss_rate",
-            "dup_rate",
-            "late_rate",
-            *_ZERO_FILL,
-            *LATENCY_WIDE,
-        )
+    return out.select("*", *_rates()).select(
+        dim,
+        "devices",
+        *COMPARE_SUMS,
+        "reorder_depth_max",
+        "loss_rate",
+        "dup_rate",
+        "late_rate",
+        *_ZERO_FILL,
+        *LATENCY_WIDE,
     )
 
 
 def transform_loss_over_time(cw: DataFrame, rec: DataFrame, rst: DataFrame) -> DataFrame:
     """Per time window and transport: messages, gaps never filled, loss rate, overruns, restarts."""
-    dims = ["window_start", "transport"]
-    base = cw.groupBy(*dims).agg(
-        F.sum("messages").cast("long").alias("messages"),
-        F.sum("unique").cast("long").alias("unique"),
-        F.sum("lost").cast("long").alias("lost"),
+    src = _roll_source(cw, rec, rst, ["messages", "unique", "lost"])
+    out = src.groupBy("window_start", "transport").agg(
+        *(_sum0(c) for c in ["messages", "unique", "lost", "overruns", "events_lost_exact", "restarts"])
     )
-    out = base.join(_recovery_rollup(rec, dims), on=dims, how="full").join(
-        _restart_rollup(rst, dims), on=dims, how="full"
-    )
-    out = _fill_counts(out, ["messages", "unique", "lost", "overruns", "events_lost_exact", "restarts"])
-    return out.withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost"))).select(
+    return out.select("*", _ratio("lost", F.col("unique") + F.col("lost")).alias("loss_rate")).select(
         *LOSS_TIME_COLS
     )
 
@@ -656,19 +673,22 @@ SUMMARY_COLS = [
 
 
 def transform_summary(devices: DataFrame, fleet_latency: DataFrame) -> DataFrame:
-    """One row: the fleet totals (sums and maxima over devices) and fleet latency percentiles."""
-    sums = ROLLUP_SUMS
-    maxes = ROLLUP_MAXES
-    tot = devices.agg(
-        F.count(F.lit(1)).alias("devices"),
-        *(F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c) for c in sums),
-        *(F.coalesce(F.max(c), F.lit(0)).cast("long").alias(c) for c in maxes),
+    """One row: the fleet totals (sums and maxima over devices) and fleet latency percentiles
+    (`fleet_latency`: transform_fleet_latency). One aggregation of the two as rows of one
+    DataFrame (a crossJoin of two one-row aggregates costs a broadcast, a job of its own)."""
+    src = devices.select(F.lit(True).alias("_dev"), *ROLLUP_SUMS, *ROLLUP_MAXES).unionByName(
+        fleet_latency.select("metric", *(F.col("p%g" % (p * 100)) for p in PERCENTILES)),
+        allowMissingColumns=True,
     )
-    lat = _latency_wide(fleet_latency, [])
-    return (
-        tot.crossJoin(lat)
-        .withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
-        .withColumn("dup_rate", _ratio("duplicates", F.col("messages")))
-        .withColumn("late_rate", _ratio("late", F.col("messages")))
-        .select(*SUMMARY_COLS)
+    pivot = [
+        F.max(F.when(F.col("metric") == m, F.col("p%g" % (p * 100)))).alias("%s_p%g_us" % (m, p * 100))
+        for m in LATENCY_METRICS
+        for p in PERCENTILES
+    ]
+    tot = src.agg(
+        F.count("_dev").alias("devices"),
+        *(_sum0(c) for c in ROLLUP_SUMS),
+        *(_max0(c) for c in ROLLUP_MAXES),
+        *pivot,
     )
+    return tot.select("*", *_rates()).select(*SUMMARY_COLS)
