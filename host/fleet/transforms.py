@@ -147,13 +147,32 @@ MISMATCH_COLS = [
 ]
 
 
+# Expressions are written as SQL text where a function builds many of them: a Column built with
+# `functions` costs ~10-40 Py4J round trips to the driver's JVM (F.col alone 13), F.expr 3, a
+# name in selectExpr 1. The job built ~28k round trips per run that way (several seconds of
+# driver time on a small export); see docs/benchmarks.md.
 def _n(cond: Column) -> Column:
     """Count rows where cond holds (as a long; nulls count as false)."""
     return F.sum(F.when(cond, F.lit(1)).otherwise(F.lit(0))).cast("long")
 
 
+def _bq(cols: list[str] | tuple[str, ...]) -> list[str]:
+    """Column names quoted for SQL text (`unique` is a keyword)."""
+    return ["`%s`" % c for c in cols]
+
+
+def _nx(cond: str, alias: str) -> Column:
+    """_n of a SQL condition, as one expression."""
+    return F.expr("CAST(sum(CASE WHEN %s THEN 1 ELSE 0 END) AS BIGINT) AS `%s`" % (cond, alias))
+
+
 def _ratio(num: str, den: Column) -> Column:
     return F.when(den > 0, F.col(num) / den).otherwise(F.lit(0.0))
+
+
+def _ratiox(num: str, den: str, alias: str) -> Column:
+    """num / den (0.0 where den is not positive), SQL text in, one expression out."""
+    return F.expr("CASE WHEN (%s) > 0 THEN `%s` / (%s) ELSE 0D END AS `%s`" % (den, num, den, alias))
 
 
 def wrap_diff(a: Column, b: Column) -> Column:
@@ -282,6 +301,14 @@ def lead_bucket_order(lead: Column) -> Column:
     return expr
 
 
+def _bucket_sql(lead: str, i: int) -> str:
+    """The SQL condition `lead` is in LEAD_BUCKETS[i]."""
+    _, lo, hi = LEAD_BUCKETS[i]
+    cond = ["%s >= %d" % (lead, lo)] if lo is not None else []
+    cond += ["%s <= %d" % (lead, hi)] if hi is not None else []
+    return "(" + " AND ".join(cond) + ")"
+
+
 def _bucket_label(order: Column) -> Column:
     expr = None
     for i, (label, _, _) in enumerate(LEAD_BUCKETS):
@@ -298,44 +325,52 @@ def transform_channel_windows(rows: DataFrame, with_mismatches: bool = False) ->
     with_mismatches: one more column, `mismatch_rows`, the MISMATCH_COLS structs of the window's
     rows that disagree with the bridge (usually empty), so that they come out of the same pass
     over the per-arrival rows (transform_window_mismatches takes them out)."""
-    lead = F.col("lead_calc")
-    bad = (F.col("lead") != lead) | (F.col("duplicate") != F.col("dup_calc"))
+    bad = "(lead != lead_calc OR duplicate != dup_calc)"
     extra = (
-        [F.collect_list(F.when(bad, F.struct(*MISMATCH_COLS))).alias("mismatch_rows")]
+        [
+            F.expr(
+                "collect_list(CASE WHEN %s THEN struct(%s) END) AS mismatch_rows"
+                % (bad, ", ".join(_bq(MISMATCH_COLS)))
+            )
+        ]
         if with_mismatches
         else []
     )
-    bucket = lead_bucket_order(lead)
-    late = F.col("late")
+    e = F.expr
     return (
         rows.groupBy(*DIMS)
         .agg(
-            F.count(F.lit(1)).alias("messages"),
-            _n(~F.col("dup_calc")).alias("unique"),
-            _n(F.col("dup_calc")).alias("duplicates"),
-            _n(F.col("duplicate")).alias("duplicate_flagged"),
-            _n(F.col("duplicate") != F.col("dup_calc")).alias("dup_flag_mismatches"),
-            _n(F.col("retransmission")).alias("retransmissions"),
-            _n(late).alias("late"),
-            F.sum("lateness_seq").alias("lateness_seq_sum"),
-            F.max("lateness_seq").alias("lateness_seq_max"),
-            F.max("lateness_us").alias("lateness_us_max"),
-            F.sum("reorder_depth").cast("long").alias("reorder_depth_sum"),
-            F.max("reorder_depth").cast("long").alias("reorder_depth_max"),
-            _n(lead == 1).alias("lead_eq1"),
-            _n(lead == 0).alias("lead_eq0"),
-            _n(lead > 1).alias("lead_gt1"),
-            _n(lead < 0).alias("lead_lt0"),
-            F.sum(F.when(lead > 1, lead - 1).otherwise(F.lit(0))).cast("long").alias("skipped"),
-            F.sum("gap_after").cast("long").alias("lost"),
-            F.sum("report_head_missing").cast("long").alias("report_head_missing"),
-            _n(F.col("lead") != lead).alias("lead_mismatches"),
-            F.sum("payload_bytes").cast("long").alias("payload_bytes"),
-            *(_n(bucket == i).alias(c) for i, c in enumerate(HIST_COLS)),
+            e("count(1) AS messages"),
+            _nx("NOT dup_calc", "unique"),
+            _nx("dup_calc", "duplicates"),
+            _nx("duplicate", "duplicate_flagged"),
+            _nx("duplicate != dup_calc", "dup_flag_mismatches"),
+            _nx("retransmission", "retransmissions"),
+            _nx("late", "late"),
+            e("sum(lateness_seq) AS lateness_seq_sum"),
+            e("max(lateness_seq) AS lateness_seq_max"),
+            e("max(lateness_us) AS lateness_us_max"),
+            e("CAST(sum(reorder_depth) AS BIGINT) AS reorder_depth_sum"),
+            e("CAST(max(reorder_depth) AS BIGINT) AS reorder_depth_max"),
+            _nx("lead_calc = 1", "lead_eq1"),
+            _nx("lead_calc = 0", "lead_eq0"),
+            _nx("lead_calc > 1", "lead_gt1"),
+            _nx("lead_calc < 0", "lead_lt0"),
+            e("CAST(sum(CASE WHEN lead_calc > 1 THEN lead_calc - 1 ELSE 0 END) AS BIGINT) AS skipped"),
+            e("CAST(sum(gap_after) AS BIGINT) AS lost"),
+            e("CAST(sum(report_head_missing) AS BIGINT) AS report_head_missing"),
+            _nx("lead != lead_calc", "lead_mismatches"),
+            e("CAST(sum(payload_bytes) AS BIGINT) AS payload_bytes"),
+            *(_nx(_bucket_sql("lead_calc", i), c) for i, c in enumerate(HIST_COLS)),
             *extra,
         )
-        .withColumn("loss_rate", _ratio("lost", F.col("unique") + F.col("lost")))
-        .select(*CHANNEL_WINDOW_COLS, *(["mismatch_rows"] if with_mismatches else []))
+        .selectExpr(
+            *_bq(DIMS),
+            *_bq(COUNT_COLS),
+            "CASE WHEN `unique` + lost > 0 THEN lost / (`unique` + lost) ELSE 0D END AS loss_rate",
+            *_bq(HIST_COLS),
+            *(["mismatch_rows"] if with_mismatches else []),
+        )
     )
 
 
@@ -520,17 +555,21 @@ def _roll_source(
     """cw (its `cw_cols`, flagged `_cw`), rec and rst as rows of one DataFrame with the roll-up
     columns (a column a source lacks is null there), plus `extra` frames as they are."""
     parts = [
-        cw.select(*ROLL_DIMS, F.lit(True).alias("_cw"), *cw_cols),
-        rec.select(
-            *ROLL_DIMS,
-            F.col("phases").cast("long").alias("recovery_phases"),
-            F.when(F.col("cause") == "overrun", F.col("phases")).otherwise(0).cast("long").alias("overruns"),
-            F.col("lost_exact").cast("long").alias("events_lost_exact"),
-            F.col("lost_unknown").cast("long").alias("unknown_loss_recoveries"),
-            F.col("duration_us_sum").cast("long").alias("recovery_us_sum"),
-            F.col("duration_us_max").cast("long").alias("recovery_us_max"),
+        cw.selectExpr(*_bq(ROLL_DIMS), "true AS _cw", *_bq(cw_cols)),
+        rec.selectExpr(
+            *_bq(ROLL_DIMS),
+            "CAST(phases AS BIGINT) AS recovery_phases",
+            "CAST(CASE WHEN cause = 'overrun' THEN phases ELSE 0 END AS BIGINT) AS overruns",
+            "CAST(lost_exact AS BIGINT) AS events_lost_exact",
+            "CAST(lost_unknown AS BIGINT) AS unknown_loss_recoveries",
+            "CAST(duration_us_sum AS BIGINT) AS recovery_us_sum",
+            "CAST(duration_us_max AS BIGINT) AS recovery_us_max",
         ),
-        rst.select(*ROLL_DIMS, F.col("boots_seen").cast("long"), F.col("restarts").cast("long")),
+        rst.selectExpr(
+            *_bq(ROLL_DIMS),
+            "CAST(boots_seen AS BIGINT) AS boots_seen",
+            "CAST(restarts AS BIGINT) AS restarts",
+        ),
         *extra,
     ]
     out = parts[0]
@@ -540,18 +579,18 @@ def _roll_source(
 
 
 def _sum0(c: str) -> Column:
-    return F.coalesce(F.sum(c), F.lit(0)).cast("long").alias(c)
+    return F.expr("CAST(coalesce(sum(`%s`), 0) AS BIGINT) AS `%s`" % (c, c))
 
 
 def _max0(c: str) -> Column:
-    return F.coalesce(F.max(c), F.lit(0)).cast("long").alias(c)
+    return F.expr("CAST(coalesce(max(`%s`), 0) AS BIGINT) AS `%s`" % (c, c))
 
 
 def _rates() -> list[Column]:
     return [
-        _ratio("lost", F.col("unique") + F.col("lost")).alias("loss_rate"),
-        _ratio("duplicates", F.col("messages")).alias("dup_rate"),
-        _ratio("late", F.col("messages")).alias("late_rate"),
+        _ratiox("lost", "`unique` + lost", "loss_rate"),
+        _ratiox("duplicates", "messages", "dup_rate"),
+        _ratiox("late", "messages", "late_rate"),
     ]
 
 
@@ -560,9 +599,15 @@ def _latency_pivot(value: str = "value_us", weight: str = "n") -> list[Column]:
     expressions (rows of other sources have null values and are ignored by percentile)."""
     out = []
     for m in LATENCY_METRICS:
-        this = F.col("metric") == m
-        pct = F.percentile(F.when(this, F.col(value)), list(PERCENTILES), F.when(this, F.col(weight)))
-        out.extend(pct[i].alias("%s_p%g_us" % (m, p * 100)) for i, p in enumerate(PERCENTILES))
+        this = "metric = '%s'" % m
+        pct = "percentile(CASE WHEN %s THEN `%s` END, array(%s), CASE WHEN %s THEN `%s` END)" % (
+            this,
+            value,
+            ", ".join("%rD" % p for p in PERCENTILES),
+            this,
+            weight,
+        )
+        out.extend(F.expr("%s[%d] AS %s_p%g_us" % (pct, i, m, p * 100)) for i, p in enumerate(PERCENTILES))
     return out
 
 
@@ -580,7 +625,7 @@ def transform_stack(parts: dict[str, DataFrame]) -> DataFrame:
     Spark reuses an exchange the parts share instead of running it once per part."""
     out: DataFrame | None = None
     for tag, df in parts.items():
-        d = df.select(F.lit(tag).alias("_part"), *df.columns)
+        d = df.selectExpr("'%s' AS _part" % tag, *_bq(df.columns))
         out = d if out is None else out.unionByName(d, allowMissingColumns=True)
     assert out is not None
     return out
@@ -588,24 +633,25 @@ def transform_stack(parts: dict[str, DataFrame]) -> DataFrame:
 
 def transform_unstack(stacked: DataFrame, tag: str, cols: list[str]) -> DataFrame:
     """One part of transform_stack output, with its own columns."""
-    return stacked.where(F.col("_part") == tag).select(*cols)
+    return stacked.where("_part = '%s'" % tag).selectExpr(*_bq(cols))
 
 
 def transform_devices(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat: DataFrame) -> DataFrame:
     """One row per device over the whole input: counts, rates, restarts, recoveries, latency
     (`lat`: transform_device_latency output). One aggregation of _roll_source, no joins."""
-    src = _roll_source(cw, rec, rst, [*SUM_COLS, *MAX_COLS], lat.select("device_id", *LATENCY_WIDE))
-    fws = F.collect_set(F.when(F.col("_cw"), F.col("firmware_version")))
-    trs = F.collect_set(F.when(F.col("_cw"), F.col("transport")))
+    src = _roll_source(cw, rec, rst, [*SUM_COLS, *MAX_COLS], lat.selectExpr("device_id", *_bq(LATENCY_WIDE)))
+    # null for a device with recoveries or boots but no arrivals (as the outer join gave)
+    joined = "CASE WHEN size({s}) > 0 THEN array_join(array_sort({s}), ',') END AS {a}"
     out = src.groupBy("device_id").agg(
-        # null for a device with recoveries or boots but no arrivals (as the outer join gave)
-        F.when(F.size(fws) > 0, F.array_join(F.array_sort(fws), ",")).alias("firmware_versions"),
-        F.when(F.size(trs) > 0, F.array_join(F.array_sort(trs), ",")).alias("transports"),
+        *(
+            F.expr(joined.format(s="collect_set(CASE WHEN _cw THEN %s END)" % c, a=a))
+            for c, a in (("firmware_version", "firmware_versions"), ("transport", "transports"))
+        ),
         *(_sum0(c) for c in [*SUM_COLS, *RECOVERY_SUMS]),
         *(_max0(c) for c in [*MAX_COLS, "recovery_us_max"]),
-        *(F.max(c).alias(c) for c in LATENCY_WIDE),
+        *(F.expr("max(%s) AS %s" % (c, c)) for c in LATENCY_WIDE),
     )
-    return out.select("*", *_rates()).select(*DEVICE_COLS)
+    return out.select("*", *_rates()).selectExpr(*_bq(DEVICE_COLS))
 
 
 def transform_worst(devices: DataFrame, n: int = 10) -> DataFrame:
@@ -624,24 +670,28 @@ def transform_compare(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat: DataFr
         rec,
         rst,
         [*COMPARE_SUMS, "reorder_depth_max"],
-        lat.select(dim, "metric", "value_us", F.col("n").alias("_n")),
+        lat.selectExpr(dim, "metric", "value_us", "n AS _n"),
     )
     out = src.groupBy(dim).agg(
-        F.size(F.collect_set(F.when(F.col("_cw"), F.col("device_id")))).cast("long").alias("devices"),
+        F.expr("CAST(size(collect_set(CASE WHEN _cw THEN device_id END)) AS BIGINT) AS devices"),
         *(_sum0(c) for c in [*COMPARE_SUMS, "boots_seen", "restarts", *_RECOVERY_ROLL]),
         *(_max0(c) for c in ["reorder_depth_max", "recovery_us_max"]),
         *_latency_pivot(weight="_n"),
     )
-    return out.select("*", *_rates()).select(
-        dim,
-        "devices",
-        *COMPARE_SUMS,
-        "reorder_depth_max",
-        "loss_rate",
-        "dup_rate",
-        "late_rate",
-        *_ZERO_FILL,
-        *LATENCY_WIDE,
+    return out.select("*", *_rates()).selectExpr(
+        *_bq(
+            [
+                dim,
+                "devices",
+                *COMPARE_SUMS,
+                "reorder_depth_max",
+                "loss_rate",
+                "dup_rate",
+                "late_rate",
+                *_ZERO_FILL,
+                *LATENCY_WIDE,
+            ]
+        )
     )
 
 
@@ -651,9 +701,7 @@ def transform_loss_over_time(cw: DataFrame, rec: DataFrame, rst: DataFrame) -> D
     out = src.groupBy("window_start", "transport").agg(
         *(_sum0(c) for c in ["messages", "unique", "lost", "overruns", "events_lost_exact", "restarts"])
     )
-    return out.select("*", _ratio("lost", F.col("unique") + F.col("lost")).alias("loss_rate")).select(
-        *LOSS_TIME_COLS
-    )
+    return out.select("*", _ratiox("lost", "`unique` + lost", "loss_rate")).selectExpr(*_bq(LOSS_TIME_COLS))
 
 
 def transform_fleet_latency(lat: DataFrame) -> DataFrame:
@@ -676,19 +724,19 @@ def transform_summary(devices: DataFrame, fleet_latency: DataFrame) -> DataFrame
     """One row: the fleet totals (sums and maxima over devices) and fleet latency percentiles
     (`fleet_latency`: transform_fleet_latency). One aggregation of the two as rows of one
     DataFrame (a crossJoin of two one-row aggregates costs a broadcast, a job of its own)."""
-    src = devices.select(F.lit(True).alias("_dev"), *ROLLUP_SUMS, *ROLLUP_MAXES).unionByName(
-        fleet_latency.select("metric", *(F.col("p%g" % (p * 100)) for p in PERCENTILES)),
+    src = devices.selectExpr("true AS _dev", *_bq([*ROLLUP_SUMS, *ROLLUP_MAXES])).unionByName(
+        fleet_latency.selectExpr("metric", *("p%g" % (p * 100) for p in PERCENTILES)),
         allowMissingColumns=True,
     )
     pivot = [
-        F.max(F.when(F.col("metric") == m, F.col("p%g" % (p * 100)))).alias("%s_p%g_us" % (m, p * 100))
+        F.expr("max(CASE WHEN metric = '%s' THEN p%g END) AS %s_p%g_us" % (m, p * 100, m, p * 100))
         for m in LATENCY_METRICS
         for p in PERCENTILES
     ]
     tot = src.agg(
-        F.count("_dev").alias("devices"),
+        F.expr("count(_dev) AS devices"),
         *(_sum0(c) for c in ROLLUP_SUMS),
         *(_max0(c) for c in ROLLUP_MAXES),
         *pivot,
     )
-    return tot.select("*", *_rates()).select(*SUMMARY_COLS)
+    return tot.select("*", *_rates()).selectExpr(*_bq(SUMMARY_COLS))
