@@ -189,24 +189,16 @@ def window_start(ts_us: Column, window_seconds: int) -> Column:
 # ---------------------------------------------------------------------------------------- arrivals
 def transform_arrivals(arrivals: DataFrame, window_seconds: int = 3600) -> DataFrame:
     """Raw arrivals -> the columns the job uses, times as integer microseconds, the time window."""
-    rx = F.unix_micros("host_rx_ts")
-    return arrivals.select(
-        *LEAD_KEY,
-        "channel",
-        "seq",
-        "arrival",
-        "bridge_id",
-        "lead",
-        "duplicate",
-        "retransmission",
-        "firmware_version",
-        "transport",
-        "payload_bytes",
-        rx.alias("rx_us"),
-        window_start(rx, window_seconds).alias("window_start"),
-        (F.unix_micros("host_commit_ts") - rx).alias("commit_us"),
-        (rx - F.unix_micros("gen_ts")).alias("e2e_us"),
-    ).select(*ARRIVAL_COLS)
+    rx = "unix_micros(host_rx_ts)"
+    w = window_seconds * 1_000_000
+    return arrivals.selectExpr(
+        *_bq([*LEAD_KEY, "channel", "seq", "arrival", "bridge_id", "lead", "duplicate", "retransmission"]),
+        *_bq(["firmware_version", "transport", "payload_bytes"]),
+        "%s AS rx_us" % rx,
+        "timestamp_micros(%s - pmod(%s, %d)) AS window_start" % (rx, rx, w),
+        "unix_micros(host_commit_ts) - %s AS commit_us" % rx,
+        "%s - unix_micros(gen_ts) AS e2e_us" % rx,
+    ).selectExpr(*_bq(ARRIVAL_COLS))
 
 
 def transform_by_device(arrivals: DataFrame) -> DataFrame:
@@ -222,6 +214,16 @@ def transform_by_device(arrivals: DataFrame) -> DataFrame:
     return arrivals.repartition("device_id").select(*arrivals.columns)
 
 
+def _wrap_diff_sql(a: str, b: str) -> str:
+    """wrap_diff as SQL text."""
+    m = "pmod(%s - %s, %d)" % (a, b, U32)
+    return "CASE WHEN %s >= %d THEN %s - %d ELSE %s END" % (m, HALF, m, U32, m)
+
+
+_DOMAIN = "PARTITION BY domain_hash, %s" % ", ".join(_bq(LEAD_KEY))
+_FROM_START = "ROWS BETWEEN UNBOUNDED PRECEDING AND %s"
+
+
 def transform_leads(df: DataFrame) -> DataFrame:
     """Spec 000 lead recomputed from arrival order per lead domain, wrap-safe at 2^32.
 
@@ -229,21 +231,18 @@ def transform_leads(df: DataFrame) -> DataFrame:
     """
     # The domain's hash goes first in the partitioning: exact (all key columns follow), but the
     # sort compares a long prefix instead of strings.
-    df = df.select(*DOMAIN_COLS, F.xxhash64(*LEAD_KEY).alias("domain_hash"))
-    by_arrival = Window.partitionBy("domain_hash", *LEAD_KEY).orderBy(*ARRIVAL_ORDER)
-    running = by_arrival.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = by_arrival.rowsBetween(Window.unboundedPreceding, -1)
-    prev = F.col("_prev")
-    step = F.when(prev.isNull(), F.col("seq")).otherwise(wrap_diff(F.col("seq"), prev))
+    df = df.selectExpr(*_bq(DOMAIN_COLS), "xxhash64(%s) AS domain_hash" % ", ".join(_bq(LEAD_KEY)))
+    by_arrival = "%s ORDER BY %s" % (_DOMAIN, ", ".join(ARRIVAL_ORDER))
+    step = "CASE WHEN _prev IS NULL THEN seq ELSE %s END" % _wrap_diff_sql("seq", "_prev")
     # one select per Window operator: expressions sharing a select and a window spec share a pass
-    df = df.select(
-        "*", F.row_number().over(by_arrival).alias("pos"), F.lag("seq", 1).over(by_arrival).alias("_prev")
+    df = df.selectExpr(
+        "*", "row_number() OVER (%s) AS pos" % by_arrival, "lag(seq, 1) OVER (%s) AS _prev" % by_arrival
     )
-    df = df.select("*", F.sum(step).over(running).alias("useq"))
-    last_max = F.max("useq").over(before)
-    return df.select(
-        "*", F.coalesce(F.col("useq") - last_max, F.lit(1).cast("long")).alias("lead_calc")
-    ).select(*LEAD_COLS)
+    df = df.selectExpr("*", "sum(%s) OVER (%s %s) AS useq" % (step, by_arrival, _FROM_START % "CURRENT ROW"))
+    last_max = "max(useq) OVER (%s %s)" % (by_arrival, _FROM_START % "1 PRECEDING")
+    return df.selectExpr(
+        *_bq(LEAD_COLS[:-1]), "coalesce(useq - %s, CAST(1 AS BIGINT)) AS lead_calc" % last_max
+    )
 
 
 def transform_order(df: DataFrame) -> DataFrame:
@@ -253,39 +252,28 @@ def transform_order(df: DataFrame) -> DataFrame:
     first arrival is the next higher seq ever received (gap) or an earlier copy (duplicate), and
     the nearest earlier row with lead > 0 is the arrival that first overtook it.
     """
-    by_seq = Window.partitionBy("domain_hash", *LEAD_KEY).orderBy(
-        F.col("useq").desc(), *(F.col(c).asc() for c in ARRIVAL_ORDER)
-    )
-    above_rows = by_seq.rowsBetween(Window.unboundedPreceding, -1)
-    whole = by_seq.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    new_max = F.col("lead_calc") > 0
-    df = df.select(
+    by_seq = "%s ORDER BY useq DESC, %s" % (_DOMAIN, ", ".join("%s ASC" % c for c in ARRIVAL_ORDER))
+    above_rows = "%s %s" % (by_seq, _FROM_START % "1 PRECEDING")
+    whole = "%s ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING" % by_seq
+    df = df.selectExpr(
         "*",
-        F.lag("useq", 1).over(by_seq).alias("_above"),
-        F.last(F.when(new_max, F.col("pos")), ignorenulls=True).over(above_rows).alias("_over_pos"),
-        F.last(F.when(new_max, F.col("rx_us")), ignorenulls=True).over(above_rows).alias("_over_rx"),
-        F.min("useq").over(whole).alias("_min_useq"),
-    ).withColumn("dup_calc", F.coalesce(F.col("_above") == F.col("useq"), F.lit(False)))
-    late = ~F.col("dup_calc") & (F.col("lead_calc") < 0)
-    first = ~F.col("dup_calc")
-    return (
-        df.withColumn("late", late)
-        .withColumn("lateness_seq", F.when(late, -F.col("lead_calc")).otherwise(F.lit(0).cast("long")))
-        .withColumn("reorder_depth", F.when(late, F.col("pos") - F.col("_over_pos")).otherwise(F.lit(0)))
-        .withColumn("lateness_us", F.when(late, F.col("rx_us") - F.col("_over_rx")).otherwise(F.lit(0)))
-        .withColumn(
-            "gap_after",
-            F.when(first & F.col("_above").isNotNull(), F.col("_above") - F.col("useq") - 1).otherwise(0),
-        )
-        .withColumn(
-            "report_head_missing",
-            F.when(
-                first & (F.col("kind") == "report") & (F.col("useq") == F.col("_min_useq")),
-                F.greatest(F.col("useq") - 1, F.lit(0)),
-            ).otherwise(F.lit(0)),
-        )
-        .select(*ROW_COLS)
-    )
+        "lag(useq, 1) OVER (%s) AS _above" % by_seq,
+        "last(CASE WHEN lead_calc > 0 THEN pos END, true) OVER (%s) AS _over_pos" % above_rows,
+        "last(CASE WHEN lead_calc > 0 THEN rx_us END, true) OVER (%s) AS _over_rx" % above_rows,
+        "min(useq) OVER (%s) AS _min_useq" % whole,
+    ).selectExpr("*", "coalesce(_above = useq, false) AS dup_calc")
+    late = "(NOT dup_calc AND lead_calc < 0)"
+    return df.selectExpr(
+        *_bq(LEAD_COLS),
+        "dup_calc",
+        "%s AS late" % late,
+        "CASE WHEN %s THEN -lead_calc ELSE CAST(0 AS BIGINT) END AS lateness_seq" % late,
+        "CASE WHEN %s THEN pos - _over_pos ELSE 0 END AS reorder_depth" % late,
+        "CASE WHEN %s THEN rx_us - _over_rx ELSE 0 END AS lateness_us" % late,
+        "CASE WHEN NOT dup_calc AND _above IS NOT NULL THEN _above - useq - 1 ELSE 0 END AS gap_after",
+        "CASE WHEN NOT dup_calc AND kind = 'report' AND useq = _min_useq THEN greatest(useq - 1, 0) "
+        "ELSE 0 END AS report_head_missing",
+    ).selectExpr(*_bq(ROW_COLS))
 
 
 def lead_bucket_order(lead: Column) -> Column:
