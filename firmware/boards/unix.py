@@ -44,12 +44,21 @@ def _trace():
         os.stat("trace")
     except OSError:
         return
+    import micropython
+
     from leadwire import ring
     from leadwire.ring import EventRing as Ring
 
+    # The methods reach Ring, os and micropython through the class (_R, _os, _m), not as closure
+    # variables: the agent calls write_samples with the heap locked, and calling a closure with
+    # more than 5 closed-over values and arguments builds its argument array on the heap.
     class Traced(Ring):
+        _R = Ring
+        _os = os
+        _m = micropython
+
         def __init__(self, capacity, start=None, slot_size=64, epoch=0):
-            Ring.__init__(self, capacity, start, slot_size, epoch)
+            self._R.__init__(self, capacity, start, slot_size, epoch)
             n = 0
             try:
                 with open("boots") as f:
@@ -67,30 +76,37 @@ def _trace():
             self._p = 0  # paused
 
         def write_samples(self, payload, channel, n, count, start):
-            # the ring's one way in (write() comes here too): take the events, then record each
-            q = self._q - count
-            if q <= 0:
-                q = 64
-                try:
-                    os.stat("pause")
-                    self._p = 1
-                except OSError:
-                    self._p = 0
-            self._q = q
-            if self._p or count <= 0:
-                return
-            Ring.write_samples(self, payload, channel, n, count, start)
-            s = self._store
-            cap = self.capacity
-            slot = self._head - count + 1
-            if slot < 0:
-                slot += cap
-            for _ in range(count):
-                p = slot * self._stride
-                self._t.write(s, p, 3 + ((s[p + 1] << 8) | s[p + 2]))
-                slot += 1
-                if slot == cap:
-                    slot = 0
+            # the ring's one way in (write() comes here too): take the events, then record each.
+            # The agent holds the heap locked here; tracing allocates (os.stat, file writes), so
+            # it runs unlocked and locks again on the way out.
+            m = self._m
+            m.heap_unlock()
+            try:
+                q = self._q - count
+                if q <= 0:
+                    q = 64
+                    try:
+                        self._os.stat("pause")
+                        self._p = 1
+                    except OSError:
+                        self._p = 0
+                self._q = q
+                if self._p or count <= 0:
+                    return
+                self._R.write_samples(self, payload, channel, n, count, start)
+                s = self._store
+                cap = self.capacity
+                slot = self._head - count + 1
+                if slot < 0:
+                    slot += cap
+                for _ in range(count):
+                    p = slot * self._stride
+                    self._t.write(s, p, 3 + ((s[p + 1] << 8) | s[p + 2]))
+                    slot += 1
+                    if slot == cap:
+                        slot = 0
+            finally:
+                m.heap_lock()
 
     setattr(ring, "EventRing", Traced)  # lwboot imports EventRing when it builds the ring
 
