@@ -14,7 +14,9 @@ time is the job after session start: reading the export, the row-scale tables wr
 executors, the small ones collected and written by the driver (no HTML report); the DuckDB time
 includes reading the export and building the same tables in memory. The machine's 1-minute load
 average is printed next to each time: on a shared machine the absolute times move with it, the
-ratio less. Time per million rows is printed for the linearity check (10M vs 30M).
+ratio less. Time per million rows is printed for the linearity check (10M vs 30M). CPU seconds
+(Spark: the local-mode JVM, driver and executors, plus this Python process; DuckDB: this process)
+are printed too: they move less with other load than wall time.
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ TRUTH_KEYS = {  # summary column -> ground-truth key
 }
 
 
+def cpu_seconds(spark: Any) -> float:
+    """CPU seconds (user + system) used so far by the driver JVM (local mode: the executors too)
+    and this Python process: less sensitive to other load on a shared machine than wall time."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    jvm = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return jvm + time.process_time()
+
+
 def one(rows: int, out: str, spark: Any, threads: int) -> dict[str, Any]:
     export = os.path.join(out, "export-%d" % rows)
     result = os.path.join(out, "spark-%d" % rows)
@@ -58,17 +70,25 @@ def one(rows: int, out: str, spark: Any, threads: int) -> dict[str, Any]:
     gen_s = time.monotonic() - t
     print("[bench] %d rows generated and written in %.1fs" % (truth.totals["rows"], gen_s), flush=True)
 
-    t = time.monotonic()
+    t, c = time.monotonic(), cpu_seconds(spark)
     summary = run_job(export, result, spark, report=False, progress=True)
     spark_s = time.monotonic() - t
+    spark_cpu = cpu_seconds(spark) - c
     spark_load = os.getloadavg()[0]
-    print("[bench] spark job %.1fs (load average %.1f)" % (spark_s, spark_load), flush=True)
+    print(
+        "[bench] spark job %.1fs, %.1f CPU s (load average %.1f)" % (spark_s, spark_cpu, spark_load),
+        flush=True,
+    )
 
-    t = time.monotonic()
+    t, c = time.monotonic(), time.process_time()
     want = run_oracle(export, threads=threads)
     duck_s = time.monotonic() - t
+    duck_cpu = time.process_time() - c
     duck_load = os.getloadavg()[0]
-    print("[bench] duckdb oracle %.1fs (load average %.1f)" % (duck_s, duck_load), flush=True)
+    print(
+        "[bench] duckdb oracle %.1fs, %.1f CPU s (load average %.1f)" % (duck_s, duck_cpu, duck_load),
+        flush=True,
+    )
 
     got = read_job_tables(result, TABLE_ORDER)
     diffs = compare_tables(got, want, TABLE_ORDER)
@@ -82,6 +102,8 @@ def one(rows: int, out: str, spark: Any, threads: int) -> dict[str, Any]:
         "generate_s": gen_s,
         "spark_s": spark_s,
         "duckdb_s": duck_s,
+        "spark_cpu": spark_cpu,
+        "duckdb_cpu": duck_cpu,
         "ratio": spark_s / duck_s,
         "spark_load": spark_load,
         "duck_load": duck_load,
@@ -130,13 +152,23 @@ def main() -> int:
         % (jvm_s, "on" if a.adaptive else "off", a.shuffle_partitions or "2 x cores")
     )
     print(
-        "%12s %10s %10s %8s %7s %7s %11s %12s"
-        % ("rows", "spark s", "duckdb s", "ratio", "equal", "truth", "load s/d", "spark s/1M")
+        "%12s %10s %10s %8s %7s %7s %11s %12s %16s"
+        % (
+            "rows",
+            "spark s",
+            "duckdb s",
+            "ratio",
+            "equal",
+            "truth",
+            "load s/d",
+            "spark s/1M",
+            "CPU s spark/duck",
+        )
     )
     ok = True
     for r in results:
         print(
-            "%12d %10.1f %10.1f %8.2f %7s %7s %5.1f/%-5.1f %12.2f"
+            "%12d %10.1f %10.1f %8.2f %7s %7s %5.1f/%-5.1f %12.2f %10.1f/%-5.1f"
             % (
                 r["rows"],
                 r["spark_s"],
@@ -147,6 +179,8 @@ def main() -> int:
                 r["spark_load"],
                 r["duck_load"],
                 r["spark_s"] / r["rows"] * 1e6,
+                r["spark_cpu"],
+                r["duckdb_cpu"],
             )
         )
         for d in r["diffs"][:20] + r["truth_diffs"]:
