@@ -38,27 +38,25 @@ def _trace():
     # "pause" exists (looked for every 64 events the ring is given) the ring takes nothing: the chaos
     # run holds the boards until the bridge is up, and stops them at the end so that the bridge can
     # drain every ring to its last event.
+    # The methods read os, micropython and EventRing as globals of this module, not as closure
+    # variables: the agent calls write_samples with the heap locked, and a closure called with
+    # more than 5 closed-over values and arguments builds its argument array on the heap. (Names
+    # the board already has: every new name is a qstr that stays, test_qstr_budget.)
+    global os, micropython, EventRing
     import os
 
     try:
-        os.stat("trace")
+        os.stat("trace")  # type: ignore[name-defined]
     except OSError:
         return
     import micropython
 
     from leadwire import ring
-    from leadwire.ring import EventRing as Ring
+    from leadwire.ring import EventRing
 
-    # The methods reach Ring, os and micropython through the class (_R, _os, _m), not as closure
-    # variables: the agent calls write_samples with the heap locked, and calling a closure with
-    # more than 5 closed-over values and arguments builds its argument array on the heap.
-    class Traced(Ring):
-        _R = Ring
-        _os = os
-        _m = micropython
-
+    class Traced(EventRing):  # type: ignore[name-defined]
         def __init__(self, capacity, start=None, slot_size=64, epoch=0):
-            self._R.__init__(self, capacity, start, slot_size, epoch)
+            EventRing.__init__(self, capacity, start, slot_size, epoch)
             n = 0
             try:
                 with open("boots") as f:
@@ -79,21 +77,20 @@ def _trace():
             # the ring's one way in (write() comes here too): take the events, then record each.
             # The agent holds the heap locked here; tracing allocates (os.stat, file writes), so
             # it runs unlocked and locks again on the way out.
-            m = self._m
-            m.heap_unlock()
+            micropython.heap_unlock()
             try:
                 q = self._q - count
                 if q <= 0:
                     q = 64
                     try:
-                        self._os.stat("pause")
+                        os.stat("pause")
                         self._p = 1
                     except OSError:
                         self._p = 0
                 self._q = q
                 if self._p or count <= 0:
                     return
-                self._R.write_samples(self, payload, channel, n, count, start)
+                EventRing.write_samples(self, payload, channel, n, count, start)
                 s = self._store
                 cap = self.capacity
                 slot = self._head - count + 1
@@ -106,7 +103,7 @@ def _trace():
                     if slot == cap:
                         slot = 0
             finally:
-                m.heap_lock()
+                micropython.heap_lock()
 
     setattr(ring, "EventRing", Traced)  # lwboot imports EventRing when it builds the ring
 
