@@ -8,6 +8,8 @@ whether the Spark summary matches the injected ground truth.
     .venv/bin/python bench/fleet_bench.py                         # 1M and 10M rows
     .venv/bin/python bench/fleet_bench.py --rows 250000 1000000   # demo size and 1M
     .venv/bin/python bench/fleet_bench.py --adaptive              # the same with AQE on
+    .venv/bin/python bench/fleet_bench.py --rows 3000000 --hot-device-share 0.5 --driver-memory 1g
+                                        # skewed: one device, half the rows, one boot; 1 GB JVM
 
 JVM start-up is timed separately (printed beside) and not included in the Spark time. The Spark
 time is the job after session start: reading the export, the row-scale tables written by the
@@ -59,12 +61,23 @@ def cpu_seconds(spark: Any) -> float:
     return jvm + time.process_time()
 
 
-def one(rows: int, out: str, spark: Any, threads: int) -> dict[str, Any]:
+def jvm_memory(spark: Any) -> str:
+    """The JVM's peak resident set since it started (VmHWM) and its heap limit (-Xmx)."""
+    jvm = spark.sparkContext._jvm
+    pid = jvm.java.lang.ProcessHandle.current().pid()
+    with open("/proc/%d/status" % pid) as f:
+        hwm = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
+    heap = jvm.java.lang.Runtime.getRuntime().maxMemory()
+    return "JVM peak RSS %.0f MB, max heap %.0f MB" % (int(hwm) / 1024, heap / 2**20)
+
+
+def one(rows: int, out: str, spark: Any, threads: int, hot: float = 0.0) -> dict[str, Any]:
     export = os.path.join(out, "export-%d" % rows)
     result = os.path.join(out, "spark-%d" % rows)
     shutil.rmtree(export, ignore_errors=True)
     t = time.monotonic()
-    tables, truth = generate(SynthConfig(rows=rows, lead_errors=5, dup_flag_errors=3, seed=rows % 997))
+    cfg = SynthConfig(rows=rows, lead_errors=5, dup_flag_errors=3, seed=rows % 997, hot_device_share=hot)
+    tables, truth = generate(cfg)
     write_export(tables, export)
     del tables
     gen_s = time.monotonic() - t
@@ -76,7 +89,8 @@ def one(rows: int, out: str, spark: Any, threads: int) -> dict[str, Any]:
     spark_cpu = cpu_seconds(spark) - c
     spark_load = os.getloadavg()[0]
     print(
-        "[bench] spark job %.1fs, %.1f CPU s (load average %.1f)" % (spark_s, spark_cpu, spark_load),
+        "[bench] spark job %.1fs, %.1f CPU s (load average %.1f); %s"
+        % (spark_s, spark_cpu, spark_load, jvm_memory(spark)),
         flush=True,
     )
 
@@ -123,6 +137,19 @@ def main() -> int:
     ap.add_argument("--shuffle-partitions", type=int, default=None, help="default: the job's (2 x cores)")
     ap.add_argument("--adaptive", action="store_true", help="AQE on (the job's local default: off)")
     ap.add_argument("--driver-memory", default="8g")
+    ap.add_argument(
+        "--hot-device-share",
+        type=float,
+        default=0.0,
+        help="skewed fleet: one device holds this share of the rows in one boot (one lead domain)",
+    )
+    ap.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark conf at session start (repeatable), as spark-submit --conf",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the generated export and Spark output")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -133,23 +160,36 @@ def main() -> int:
         a.driver_memory,
         app_name="leadwire-fleet-bench",
         adaptive=a.adaptive or None,
-        extra={"spark.sql.adaptive.enabled": "true"} if a.adaptive else None,
+        extra={
+            **({"spark.sql.adaptive.enabled": "true"} if a.adaptive else {}),
+            **dict(kv.split("=", 1) for kv in a.conf),
+        },
     )
     jvm_s = time.monotonic() - t
     print("[bench] spark session (%s) started in %.1fs" % (a.master, jvm_s), flush=True)
     results = []
     try:
         for n in a.rows:
-            r = one(n, a.out, spark, a.threads)
+            r = one(n, a.out, spark, a.threads, a.hot_device_share)
             results.append(r)
             if not a.keep:
                 shutil.rmtree(os.path.join(a.out, "export-%d" % n), ignore_errors=True)
+        mem = jvm_memory(spark)
     finally:
         spark.stop()
     print()
     print(
-        "JVM start %.1fs (not in the Spark times); AQE %s; shuffle partitions %s"
-        % (jvm_s, "on" if a.adaptive else "off", a.shuffle_partitions or "2 x cores")
+        "JVM start %.1fs (not in the Spark times); AQE %s; shuffle partitions %s; driver memory %s;"
+        " hot device share %s; conf %s; %s"
+        % (
+            jvm_s,
+            "on" if a.adaptive else "off",
+            a.shuffle_partitions or "2 x cores",
+            a.driver_memory,
+            a.hot_device_share,
+            " ".join(a.conf) or "-",
+            mem,
+        )
     )
     print(
         "%12s %10s %10s %8s %7s %7s %11s %12s %16s"

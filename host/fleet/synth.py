@@ -19,6 +19,8 @@ How the faults are injected so that the truth is exact (not estimated):
   ``boots`` row and a ``losses`` row (cause ``restart``, ``lost`` null). Every device's first boot
   writes a ``first_contact`` recovery row.
 * Some boots start their event offsets just below 2^32, so their offsets wrap to 0 mid-stream.
+* ``hot_device_share`` > 0: the first device holds that share of the rows in one boot and one
+  lead domain (its event ring; no restart, no report sessions), a skewed fleet for the scale test.
 * ``lead_errors`` / ``dup_flag_errors`` rows get a wrong stored ``lead`` / ``duplicate`` (a broken
   bridge): the job must report exactly that many mismatches.
 
@@ -66,6 +68,9 @@ class SynthConfig:
     unfinished_recovery: float = 0.05
     lead_errors: int = 0
     dup_flag_errors: int = 0
+    # > 0: device dev-0000 gets this share of the rows, all events of ONE boot (one lead domain:
+    # no restart, no report sessions); the other devices share the rest as usual.
+    hot_device_share: float = 0.0
     start: dt.datetime = field(default_factory=lambda: dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     days: float = 2.0
     seed: int = 0
@@ -160,7 +165,12 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
     ndev = cfg.devices or int(min(500, max(4, cfg.rows // 20_000)))
     t_start = int(cfg.start.timestamp() * 1_000_000)
     t_end = t_start + int(cfg.days * DAY_US)
-    per_dev_rows = max(8, cfg.rows // ndev)
+    if not 0.0 <= cfg.hot_device_share < 1.0:
+        raise ValueError("hot_device_share must be in [0, 1)")
+    hot_rows = int(cfg.rows * cfg.hot_device_share)
+    if hot_rows and ndev < 2:
+        raise ValueError("hot_device_share needs at least 2 devices")
+    per_dev_rows = max(8, (cfg.rows - hot_rows) // (ndev - 1 if hot_rows else ndev))
 
     acc = _Acc()  # per-stream-constant columns are stored once per stream and repeated at the end
     stream_meta: dict[str, list[Any]] = {
@@ -210,6 +220,9 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
         bridge = "bridge-%s" % "ab"[di % 2]
         board = BOARDS[di % len(BOARDS)]
         nrestart = int(rng.integers(1, 3)) if rng.random() < cfg.restart_share else 0
+        hot = bool(hot_rows) and di == 0
+        if hot:
+            nrestart = 0
         nboot = nrestart + 1
         cuts = np.sort(rng.uniform(t_start, t_end, nrestart)).astype(np.int64)
         bounds = [t_start, *cuts.tolist(), t_end]
@@ -235,8 +248,8 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
             if b > 0 and rng.random() < 0.5 and fw_i + 1 < len(FIRMWARES):
                 fw_i += 1
             fw = FIRMWARES[fw_i]
-            nmsg = max(8, per_dev_rows // nboot)
-            n_rep = int(nmsg * cfg.report_share)
+            nmsg = hot_rows if hot else max(8, per_dev_rows // nboot)
+            n_rep = 0 if hot else int(nmsg * cfg.report_share)
             n_ev = max(4, nmsg - n_rep)
             common = {
                 "dev": dev,
