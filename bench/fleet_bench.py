@@ -32,23 +32,7 @@ from typing import Any
 
 from leadwire.fleet.job import TABLE_ORDER, build_session, run_job
 from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
-from leadwire.fleet.synth import SynthConfig, generate, write_export
-
-TRUTH_KEYS = {  # summary column -> ground-truth key
-    "messages": "rows",
-    "unique": "unique",
-    "lost": "lost",
-    "duplicates": "duplicates",
-    "late": "late",
-    "lateness_seq_sum": "lateness_sum",
-    "restarts": "restarts",
-    "overruns": "overruns",
-    "events_lost_exact": "events_lost_exact",
-    "recovery_phases": "recovery_phases",
-    "retransmissions": "retransmissions",
-    "lead_mismatches": "lead_mismatches",
-    "dup_flag_mismatches": "dup_flag_mismatches",
-}
+from leadwire.fleet.synth import SUMMARY_TRUTH, SynthConfig, generate, write_export
 
 
 def cpu_seconds(spark: Any) -> float:
@@ -108,7 +92,7 @@ def one(rows: int, out: str, spark: Any, threads: int, hot: float = 0.0) -> dict
     diffs = compare_tables(got, want, TABLE_ORDER)
     truth_diffs = [
         "%s: spark %s, truth %s" % (k, summary[k], truth.totals[v])
-        for k, v in TRUTH_KEYS.items()
+        for k, v in SUMMARY_TRUTH.items()
         if summary[k] != truth.totals[v]
     ]
     return {

@@ -82,6 +82,24 @@ class SynthTruth:
     per_device: dict[str, dict[str, Any]]
 
 
+# The job's summary column -> the ground-truth total it must equal (bench and tests check these).
+SUMMARY_TRUTH = {
+    "messages": "rows",
+    "unique": "unique",
+    "lost": "lost",
+    "duplicates": "duplicates",
+    "late": "late",
+    "lateness_seq_sum": "lateness_sum",
+    "restarts": "restarts",
+    "overruns": "overruns",
+    "events_lost_exact": "events_lost_exact",
+    "recovery_phases": "recovery_phases",
+    "retransmissions": "retransmissions",
+    "lead_mismatches": "lead_mismatches",
+    "dup_flag_mismatches": "dup_flag_mismatches",
+}
+
+
 @dataclass
 class _Acc:
     cols: dict[str, list[np.ndarray]] = field(default_factory=dict)
