@@ -479,16 +479,6 @@ def by_device(arrivals: DataFrame, window_seconds: int = DEFAULT_WINDOW_SECONDS)
     return T.transform_by_device(T.transform_arrivals(arrivals, window_seconds))
 
 
-def transform_rows(
-    inputs: Inputs, window_seconds: int = DEFAULT_WINDOW_SECONDS, dates: DateRange | None = None
-) -> DataFrame:
-    """Per-arrival rows of the output range: the selected arrival columns plus recomputed lead and
-    ordering facts (computed over everything read, kept only where rx is in range)."""
-    dates = dates or DateRange()
-    rows = T.transform_order(T.transform_leads(by_device(inputs.arrivals, window_seconds)))
-    return rows.where(T.in_range(F.col("rx_us"), dates.since_us(), dates.until_us()))
-
-
 # Written by the executors (DataFrameWriter), never collected: they grow with rows or devices.
 # The dated ones are partitioned by the date of window_start.
 DATED_TABLES = ("channel_windows", "recoveries", "restarts")

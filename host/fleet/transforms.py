@@ -166,19 +166,9 @@ def _nx(cond: str, alias: str) -> Column:
     return F.expr("CAST(sum(CASE WHEN %s THEN 1 ELSE 0 END) AS BIGINT) AS `%s`" % (cond, alias))
 
 
-def _ratio(num: str, den: Column) -> Column:
-    return F.when(den > 0, F.col(num) / den).otherwise(F.lit(0.0))
-
-
 def _ratiox(num: str, den: str, alias: str) -> Column:
     """num / den (0.0 where den is not positive), SQL text in, one expression out."""
     return F.expr("CASE WHEN (%s) > 0 THEN `%s` / (%s) ELSE 0D END AS `%s`" % (den, num, den, alias))
-
-
-def wrap_diff(a: Column, b: Column) -> Column:
-    """Wrap-safe signed a - b in [-2^31, 2^31) for u32 values a, b."""
-    m = F.pmod(a - b, F.lit(U32))
-    return F.when(m >= HALF, m - U32).otherwise(m)
 
 
 def window_start(ts_us: Column, window_seconds: int) -> Column:
@@ -215,7 +205,7 @@ def transform_by_device(arrivals: DataFrame) -> DataFrame:
 
 
 def _wrap_diff_sql(a: str, b: str) -> str:
-    """wrap_diff as SQL text."""
+    """Wrap-safe signed a - b in [-2^31, 2^31) for u32 values a, b (SQL text)."""
     m = "pmod(%s - %s, %d)" % (a, b, U32)
     return "CASE WHEN %s >= %d THEN %s - %d ELSE %s END" % (m, HALF, m, U32, m)
 
@@ -274,19 +264,6 @@ def transform_order(df: DataFrame) -> DataFrame:
         "CASE WHEN NOT dup_calc AND kind = 'report' AND useq = _min_useq THEN greatest(useq - 1, 0) "
         "ELSE 0 END AS report_head_missing",
     ).selectExpr(*_bq(ROW_COLS))
-
-
-def lead_bucket_order(lead: Column) -> Column:
-    expr = None
-    for i, (_, lo, hi) in enumerate(LEAD_BUCKETS):
-        cond = F.lit(True)
-        if lo is not None:
-            cond = cond & (lead >= lo)
-        if hi is not None:
-            cond = cond & (lead <= hi)
-        expr = F.when(cond, F.lit(i)) if expr is None else expr.when(cond, F.lit(i))
-    assert expr is not None
-    return expr
 
 
 def _bucket_sql(lead: str, i: int) -> str:
