@@ -177,9 +177,66 @@ def _rx_times(rng: np.random.Generator, t0: int, t1: int, n: int) -> np.ndarray:
     return t0 + np.cumsum(rng.exponential(gap, n).astype(np.int64) + 1)
 
 
-def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
-    """Build the three export tables in memory; return them and the ground truth."""
-    rng = np.random.default_rng(cfg.seed)
+# per-stream constants (repeated over the stream's rows at the end), totals, per-device truth
+_STREAM_META = ("dev", "boot_epoch", "boots", "kind", "session", "lead_channel", "fw", "transport", "bridge")
+_STREAM_META += ("len",)
+_TOTALS = (
+    "lost",
+    "duplicates",
+    "late",
+    "lateness_sum",
+    "restarts",
+    "overruns",
+    "events_lost_exact",
+    "recovery_phases",
+    "unfinished_recoveries",
+    "retransmissions",
+    "wrapped_streams",
+    "lateness_max",
+)
+_DEVICE_TRUTH = (
+    "lost",
+    "duplicates",
+    "late",
+    "restarts",
+    "overruns",
+    "events_lost_exact",
+    "messages",
+    "recovery_phases",
+)
+
+
+@dataclass
+class _Boot:
+    """One boot of one device: what its event ring, report sessions and side-table rows share."""
+
+    index: int  # 0: the device's first boot
+    dev: str
+    epoch: int
+    boots: int
+    fw: str
+    transport: str
+    bridge: str
+    board: str
+    t0: int  # the boot's receive times lie in [t0, t1)
+    t1: int
+
+
+@dataclass
+class _Ring:
+    """The event ring of one boot: segments of sent events separated by overruns, in arrival order."""
+
+    first: int  # offset of the first event (may lie just below 2^32: the offsets wrap)
+    rel: np.ndarray  # offsets relative to `first`, unwrapped
+    dup: np.ndarray
+    seg: np.ndarray  # segment of each arrival
+    bounds: list[int]  # segment s holds sent events bounds[s]..bounds[s+1]-1
+    starts: list[int]  # relative offset of each segment's first event
+    gaps: list[int]  # events lost to the overrun after each segment
+
+
+def _plan(cfg: SynthConfig) -> tuple[int, int, int, int, int]:
+    """(devices, start us, end us, rows of the hot device or 0, rows of every other device)."""
     ndev = cfg.devices or int(min(500, max(4, cfg.rows // 20_000)))
     t_start = int(cfg.start.timestamp() * 1_000_000)
     t_end = t_start + int(cfg.days * DAY_US)
@@ -189,54 +246,36 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
     if hot_rows and ndev < 2:
         raise ValueError("hot_device_share needs at least 2 devices")
     per_dev_rows = max(8, (cfg.rows - hot_rows) // (ndev - 1 if hot_rows else ndev))
+    return ndev, t_start, t_end, hot_rows, per_dev_rows
 
-    acc = _Acc()  # per-stream-constant columns are stored once per stream and repeated at the end
-    stream_meta: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "dev",
-            "boot_epoch",
-            "boots",
-            "kind",
-            "session",
-            "lead_channel",
-            "fw",
-            "transport",
-            "bridge",
-            "len",
-        )
-    }
-    losses: list[dict[str, Any]] = []
-    boots_rows: list[dict[str, Any]] = []
-    per_device: dict[str, dict[str, Any]] = {}
-    tot = dict.fromkeys(
-        (
-            "lost",
-            "duplicates",
-            "late",
-            "lateness_sum",
-            "restarts",
-            "overruns",
-            "events_lost_exact",
-            "recovery_phases",
-            "unfinished_recoveries",
-            "retransmissions",
-            "wrapped_streams",
-        ),
-        0,
-    )
-    tot["lateness_max"] = 0
-    device_ids = ["dev-%04d" % i for i in range(ndev)]
-    transports = list(TRANSPORT_WEIGHTS)
-    tw = np.array(list(TRANSPORT_WEIGHTS.values()))
-    dev_arrival_chunks: list[tuple[int, int]] = []  # (row start, row end) per device, in acc order
-    row = 0
-    for di, dev in enumerate(device_ids):
-        dev_start = row
-        transport = transports[int(rng.choice(len(transports), p=tw / tw.sum()))]
+
+class _Fleet:
+    """The state of one generate() call: arrival columns (per-stream constants once per stream,
+    repeated at the end), the losses and boots rows, and the truth counters.
+
+    The output is a function of the seed only through the ORDER of the random draws: the methods
+    draw in the order devices -> boots -> (event ring, its recovery rows, its boots row, report
+    sessions) -> the per-row columns of the finished table. Keep that order when editing."""
+
+    def __init__(self, cfg: SynthConfig, rng: np.random.Generator) -> None:
+        self.cfg, self.rng = cfg, rng
+        self.acc = _Acc()
+        self.meta: dict[str, list[Any]] = {k: [] for k in _STREAM_META}
+        self.losses: list[dict[str, Any]] = []
+        self.boots_rows: list[dict[str, Any]] = []
+        self.per_device: dict[str, dict[str, Any]] = {}
+        self.tot: dict[str, int] = dict.fromkeys(_TOTALS, 0)
+        self.chunks: list[tuple[int, int]] = []  # (row start, row end) per device, in acc order
+        self.row = 0
+
+    # -------------------------------------------------------------------------------- devices
+    def device(self, di: int, hot_rows: int, per_dev_rows: int, t_start: int, t_end: int) -> None:
+        """One device: its transport, firmware, restarts, and every boot's streams and rows."""
+        rng, cfg = self.rng, self.cfg
+        dev, dev_start = "dev-%04d" % di, self.row
+        tw = np.array(list(TRANSPORT_WEIGHTS.values()))
+        transport = list(TRANSPORT_WEIGHTS)[int(rng.choice(len(TRANSPORT_WEIGHTS), p=tw / tw.sum()))]
         fw_i = int(rng.integers(0, len(FIRMWARES)))
-        bridge = "bridge-%s" % "ab"[di % 2]
-        board = BOARDS[di % len(BOARDS)]
         nrestart = int(rng.integers(1, 3)) if rng.random() < cfg.restart_share else 0
         hot = bool(hot_rows) and di == 0
         if hot:
@@ -245,200 +284,289 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
         cuts = np.sort(rng.uniform(t_start, t_end, nrestart)).astype(np.int64)
         bounds = [t_start, *cuts.tolist(), t_end]
         boots = int(rng.integers(1, 100))
-        dt_ = {
-            k: 0
-            for k in (
-                "lost",
-                "duplicates",
-                "late",
-                "restarts",
-                "overruns",
-                "events_lost_exact",
-                "messages",
-                "recovery_phases",
-            )
-        }
-        last_event_offset = 0
-        session = 0
+        truth = dict.fromkeys(_DEVICE_TRUTH, 0)
+        last_event_offset = session = 0
         for b in range(nboot):
-            b0, b1 = bounds[b], bounds[b + 1]
             epoch = int(rng.integers(0, U32))
             if b > 0 and rng.random() < 0.5 and fw_i + 1 < len(FIRMWARES):
                 fw_i += 1
-            fw = FIRMWARES[fw_i]
+            boot = _Boot(
+                b, dev, epoch, boots + b, FIRMWARES[fw_i], transport, "bridge-%s" % "ab"[di % 2],
+                BOARDS[di % len(BOARDS)], bounds[b], bounds[b + 1],
+            )  # fmt: skip
             nmsg = hot_rows if hot else max(8, per_dev_rows // nboot)
             n_rep = 0 if hot else int(nmsg * cfg.report_share)
-            n_ev = max(4, nmsg - n_rep)
-            common = {
-                "dev": dev,
-                "boot_epoch": epoch,
-                "boots": boots + b,
-                "fw": fw,
-                "transport": transport,
-                "bridge": bridge,
+            last_event_offset = self.event_ring(boot, max(4, nmsg - n_rep), last_event_offset, truth)
+            session = self.report_sessions(boot, n_rep, session, truth)
+        truth["messages"] = self.row - dev_start
+        truth["boots"] = nboot
+        self.per_device[dev] = truth
+        self.chunks.append((dev_start, self.row))
+
+    def _add_stream(self, boot: _Boot, kind: str, session: int, lead_channel: int, nrow: int) -> None:
+        for k, v in (
+            ("dev", boot.dev), ("boot_epoch", boot.epoch), ("boots", boot.boots), ("fw", boot.fw),
+            ("transport", boot.transport), ("bridge", boot.bridge), ("kind", kind), ("session", session),
+            ("lead_channel", lead_channel), ("len", nrow),
+        ):  # fmt: skip
+            self.meta[k].append(v)
+        self.row += nrow
+
+    def _count(self, st: dict[str, Any], truth: dict[str, int], report: bool) -> None:
+        """Add one _stream()'s injected faults to the totals and the device's truth."""
+        tot = self.tot
+        tot["duplicates"] += st["dups"]
+        tot["late"] += st["late"]
+        tot["lateness_sum"] += st["lateness_sum"]
+        tot["lateness_max"] = max(tot["lateness_max"], st["lateness_max"])
+        truth["duplicates"] += st["dups"]
+        truth["late"] += st["late"]
+        if report:
+            tot["lost"] += st["lost"]
+            tot["retransmissions"] += st["dups"]
+            truth["lost"] += st["lost"]
+
+    # ------------------------------------------------------------------------------ event ring
+    def event_ring(self, boot: _Boot, n_ev: int, last_event_offset: int, truth: dict[str, int]) -> int:
+        """The boot's event stream, its recovery rows and its boots row; returns its last offset."""
+        ring = self._ring(n_ev, truth)
+        rng, nrow = self.rng, len(ring.rel)
+        seq = (ring.first + ring.rel) & MASK_U32
+        rx = _rx_times(rng, boot.t0, boot.t1, nrow)
+        self.acc.add(
+            seq=seq,
+            rx=rx,
+            channel=rng.integers(0, self.cfg.channels, nrow).astype(np.int32),
+            dup=ring.dup,
+            retx=np.zeros(nrow, bool),
+            priority=np.zeros(nrow, np.int32),
+        )
+        self._add_stream(boot, "event", 0, -1, nrow)
+        self._recoveries(boot, ring, rx, last_event_offset, truth)
+        self.boots_rows.append(
+            {
+                "device_id": boot.dev,
+                "boot_epoch": boot.epoch,
+                "boots": boot.boots,
+                "firmware_version": boot.fw,
+                "board": boot.board,
+                "transport": boot.transport,
+                "first_seen_ts": int(rx[0]) - 2000,
+                "detected_by": "hello" if boot.index == 0 or rng.random() < 0.5 else "recovery",
+                "bridge_id": boot.bridge,
             }
-            # ---- event ring: segments separated by overruns
-            nover = int(min(rng.poisson(cfg.overruns_per_boot), max(0, n_ev // 16 - 1)))
-            cuts_arr = rng.choice(np.arange(8, n_ev - 7), size=nover, replace=False) if nover else np.zeros(0)
-            seg_cut: list[int] = sorted(int(c) for c in cuts_arr)
-            seg_bounds = [0, *seg_cut, n_ev]
-            if rng.random() < cfg.wrap_share:
-                first = U32 - int(rng.integers(1, max(2, n_ev)))
-                tot["wrapped_streams"] += 1
+        )
+        if boot.index > 0:
+            self.tot["restarts"] += 1
+            truth["restarts"] += 1
+        return int(seq[np.argmax(ring.rel)])
+
+    def _ring(self, n_ev: int, truth: dict[str, int]) -> _Ring:
+        """Cut n_ev sent events into segments at overruns, inject faults per segment."""
+        rng, cfg = self.rng, self.cfg
+        nover = int(min(rng.poisson(cfg.overruns_per_boot), max(0, n_ev // 16 - 1)))
+        cuts_arr = rng.choice(np.arange(8, n_ev - 7), size=nover, replace=False) if nover else np.zeros(0)
+        bounds = [0, *sorted(int(c) for c in cuts_arr), n_ev]
+        if rng.random() < cfg.wrap_share:
+            first = U32 - int(rng.integers(1, max(2, n_ev)))
+            self.tot["wrapped_streams"] += 1
+        else:
+            first = int(rng.integers(0, U32))
+        rels, dups, seg_of = [], [], []
+        offset = 0  # unwrapped offset of segment start relative to `first`
+        starts: list[int] = []
+        gaps: list[int] = []
+        for s in range(len(bounds) - 1):
+            m = int(bounds[s + 1] - bounds[s])
+            st = _stream(rng, m, cfg, lossy=False)
+            rels.append(st["rel"] + offset)
+            dups.append(st["dup"])
+            seg_of.append(np.full(len(st["rel"]), s, dtype=np.int32))
+            starts.append(offset)
+            self._count(st, truth, report=False)
+            L = int(rng.integers(1, cfg.overrun_max + 1))
+            gaps.append(L)
+            offset += m + L
+        rel, dup, seg = np.concatenate(rels), np.concatenate(dups), np.concatenate(seg_of)
+        return _Ring(first, rel, dup, seg, bounds, starts, gaps)
+
+    def _recoveries(
+        self, boot: _Boot, ring: _Ring, rx: np.ndarray, last_event_offset: int, truth: dict[str, int]
+    ) -> None:
+        """The boot's losses rows: first contact or restart, then one per overrun."""
+        rng, cfg, tot, rel = self.rng, self.cfg, self.tot, ring.rel
+        for s in range(len(ring.bounds) - 1):
+            in_seg = np.flatnonzero(ring.seg == s)
+            seg_len = int(ring.bounds[s + 1] - ring.bounds[s])
+            recovered = int(rng.integers(1, min(seg_len, 20) + 1))
+            n0 = (ring.first + ring.starts[s]) & MASK_U32
+            # end of phase: first arrival of offset n1 in this segment
+            target = ring.starts[s] + recovered - 1
+            hit = in_seg[rel[in_seg] == target]
+            started = int(rx[in_seg[0]]) - 1000
+            ended = int(rx[hit[0]]) if len(hit) else None
+            if rng.random() < cfg.unfinished_recovery:
+                ended = None
+            if s == 0:
+                cause = "first_contact" if boot.index == 0 else "restart"
+                client_n, lost = (0 if boot.index == 0 else last_event_offset), None
             else:
-                first = int(rng.integers(0, U32))
-            rels, dups, seg_of = [], [], []
-            offset = 0  # unwrapped offset of segment start relative to `first`
-            seg_starts: list[int] = []
-            gaps: list[int] = []
-            for s in range(len(seg_bounds) - 1):
-                m = int(seg_bounds[s + 1] - seg_bounds[s])
-                st = _stream(rng, m, cfg, lossy=False)
-                rels.append(st["rel"] + offset)
-                dups.append(st["dup"])
-                seg_of.append(np.full(len(st["rel"]), s, dtype=np.int32))
-                seg_starts.append(offset)
-                dt_["duplicates"] += st["dups"]
-                dt_["late"] += st["late"]
-                tot["duplicates"] += st["dups"]
-                tot["late"] += st["late"]
-                tot["lateness_sum"] += st["lateness_sum"]
-                tot["lateness_max"] = max(tot["lateness_max"], st["lateness_max"])
-                L = int(rng.integers(1, cfg.overrun_max + 1))
-                gaps.append(L)
-                offset += m + L
-            rel = np.concatenate(rels)
-            seq = (first + rel) & MASK_U32
-            rx = _rx_times(rng, b0, b1, len(rel))
-            nrow = len(rel)
-            acc.add(
-                seq=seq,
-                rx=rx,
-                channel=rng.integers(0, cfg.channels, nrow).astype(np.int32),
-                dup=np.concatenate(dups),
-                retx=np.zeros(nrow, bool),
-                priority=np.zeros(nrow, np.int32),
-            )
-            for k2, v in common.items():
-                stream_meta[k2].append(v)
-            stream_meta["kind"].append("event")
-            stream_meta["session"].append(0)
-            stream_meta["lead_channel"].append(-1)
-            stream_meta["len"].append(nrow)
-            row += nrow
-            # recovery rows: first contact or restart, then one per overrun
-            segs = np.concatenate(seg_of)
-            for s in range(len(seg_bounds) - 1):
-                in_seg = np.flatnonzero(segs == s)
-                seg_len = int(seg_bounds[s + 1] - seg_bounds[s])
-                recovered = int(rng.integers(1, min(seg_len, 20) + 1))
-                n0 = (first + seg_starts[s]) & MASK_U32
-                # end of phase: first arrival of offset n1 in this segment
-                target = seg_starts[s] + recovered - 1
-                hit = in_seg[rel[in_seg] == target]
-                started = int(rx[in_seg[0]]) - 1000
-                ended = int(rx[hit[0]]) if len(hit) else None
-                if rng.random() < cfg.unfinished_recovery:
-                    ended = None
-                if s == 0:
-                    cause = "first_contact" if b == 0 else "restart"
-                    client_n, lost = (0 if b == 0 else last_event_offset), None
-                else:
-                    cause = "overrun"
-                    client_n = (first + seg_starts[s] - gaps[s - 1] - 1) & MASK_U32
-                    lost = gaps[s - 1]
-                    tot["lost"] += lost
-                    tot["events_lost_exact"] += lost
-                    tot["overruns"] += 1
-                    dt_["lost"] += lost
-                    dt_["events_lost_exact"] += lost
-                    dt_["overruns"] += 1
-                losses.append(
-                    {
-                        "device_id": dev,
-                        "boot_epoch": epoch,
-                        "client_n": client_n,
-                        "n0": n0,
-                        "n1": (n0 + recovered - 1) & MASK_U32,
-                        "lost": lost,
-                        "cause": cause,
-                        "started_ts": started,
-                        "ended_ts": ended,
-                        "recovered": recovered,
-                        "firmware_version": fw,
-                        "transport": transport,
-                        "bridge_id": bridge,
-                    }
-                )
-                tot["recovery_phases"] += 1
-                dt_["recovery_phases"] += 1
-                tot["unfinished_recoveries"] += ended is None
-            last_event_offset = int(seq[np.argmax(rel)])
-            boots_rows.append(
+                cause = "overrun"
+                client_n = (ring.first + ring.starts[s] - ring.gaps[s - 1] - 1) & MASK_U32
+                lost = ring.gaps[s - 1]
+                for c in (tot, truth):
+                    c["lost"] += lost
+                    c["events_lost_exact"] += lost
+                    c["overruns"] += 1
+            self.losses.append(
                 {
-                    "device_id": dev,
-                    "boot_epoch": epoch,
-                    "boots": boots + b,
-                    "firmware_version": fw,
-                    "board": board,
-                    "transport": transport,
-                    "first_seen_ts": int(rx[0]) - 2000,
-                    "detected_by": "hello" if b == 0 or rng.random() < 0.5 else "recovery",
-                    "bridge_id": bridge,
+                    "device_id": boot.dev,
+                    "boot_epoch": boot.epoch,
+                    "client_n": client_n,
+                    "n0": n0,
+                    "n1": (n0 + recovered - 1) & MASK_U32,
+                    "lost": lost,
+                    "cause": cause,
+                    "started_ts": started,
+                    "ended_ts": ended,
+                    "recovered": recovered,
+                    "firmware_version": boot.fw,
+                    "transport": boot.transport,
+                    "bridge_id": boot.bridge,
                 }
             )
-            if b > 0:
-                tot["restarts"] += 1
-                dt_["restarts"] += 1
-            # ---- report sessions, one lead domain per (session, channel)
-            nstream = cfg.sessions_per_boot * cfg.channels
-            per_stream = n_rep // nstream if nstream else 0
-            for si in range(cfg.sessions_per_boot if per_stream >= 2 else 0):
-                session += 1
-                s0 = b0 + (b1 - b0) * si // cfg.sessions_per_boot
-                s1 = b0 + (b1 - b0) * (si + 1) // cfg.sessions_per_boot
-                for ch in range(cfg.channels):
-                    st = _stream(rng, per_stream, cfg, lossy=True)
-                    nrow = len(st["rel"])
-                    acc.add(
-                        seq=st["rel"] + 1,
-                        rx=_rx_times(rng, s0, s1, nrow),
-                        channel=np.full(nrow, ch, np.int32),
-                        dup=st["dup"],
-                        retx=st["dup"],
-                        priority=rng.integers(1, 8, nrow).astype(np.int32),
-                    )
-                    for k2, v in common.items():
-                        stream_meta[k2].append(v)
-                    stream_meta["kind"].append("report")
-                    stream_meta["session"].append(session)
-                    stream_meta["lead_channel"].append(ch)
-                    stream_meta["len"].append(nrow)
-                    row += nrow
-                    tot["lost"] += st["lost"]
-                    tot["duplicates"] += st["dups"]
-                    tot["retransmissions"] += st["dups"]
-                    tot["late"] += st["late"]
-                    tot["lateness_sum"] += st["lateness_sum"]
-                    tot["lateness_max"] = max(tot["lateness_max"], st["lateness_max"])
-                    dt_["lost"] += st["lost"]
-                    dt_["duplicates"] += st["dups"]
-                    dt_["late"] += st["late"]
-        dt_["messages"] = row - dev_start
-        dt_["boots"] = nboot
-        per_device[dev] = dt_
-        dev_arrival_chunks.append((dev_start, row))
+            tot["recovery_phases"] += 1
+            truth["recovery_phases"] += 1
+            tot["unfinished_recoveries"] += ended is None
 
-    seq = acc.cat("seq")
-    rx = acc.cat("rx")
-    dup = acc.cat("dup")
-    lens = np.array(stream_meta["len"], dtype=np.int64)
-    n = int(lens.sum())
+    # ------------------------------------------------------------------------- report sessions
+    def report_sessions(self, boot: _Boot, n_rep: int, session: int, truth: dict[str, int]) -> int:
+        """The boot's push sessions, one lead domain per (session, channel); returns the last session."""
+        rng, cfg = self.rng, self.cfg
+        nstream = cfg.sessions_per_boot * cfg.channels
+        per_stream = n_rep // nstream if nstream else 0
+        for si in range(cfg.sessions_per_boot if per_stream >= 2 else 0):
+            session += 1
+            s0 = boot.t0 + (boot.t1 - boot.t0) * si // cfg.sessions_per_boot
+            s1 = boot.t0 + (boot.t1 - boot.t0) * (si + 1) // cfg.sessions_per_boot
+            for ch in range(cfg.channels):
+                st = _stream(rng, per_stream, cfg, lossy=True)
+                nrow = len(st["rel"])
+                self.acc.add(
+                    seq=st["rel"] + 1,
+                    rx=_rx_times(rng, s0, s1, nrow),
+                    channel=np.full(nrow, ch, np.int32),
+                    dup=st["dup"],
+                    retx=st["dup"],
+                    priority=rng.integers(1, 8, nrow).astype(np.int32),
+                )
+                self._add_stream(boot, "report", session, ch, nrow)
+                self._count(st, truth, report=True)
+        return session
 
-    def rep(name: str, dtype: Any = None) -> np.ndarray:
-        return np.repeat(np.array(stream_meta[name], dtype=dtype), lens)
+    # ----------------------------------------------------------------------------- the tables
+    def finish(self, ndev: int) -> tuple[dict[str, pa.Table], SynthTruth]:
+        """The bridge's columns (lead, duplicate, arrival), the per-row extras, the tables, the truth."""
+        rng, cfg = self.rng, self.cfg
+        seq, rx, dup = self.acc.cat("seq"), self.acc.cat("rx"), self.acc.cat("dup")
+        lens = np.array(self.meta["len"], dtype=np.int64)
+        n = int(lens.sum())
+        lead = _bridge_leads(seq, lens, dup)
+        arrival = _arrival_counters(rx, self.chunks)
+        stored_lead, stored_dup = lead.copy(), dup.copy()
+        if cfg.lead_errors:
+            bad = rng.choice(n, size=cfg.lead_errors, replace=False)
+            stored_lead[bad] += 7
+        if cfg.dup_flag_errors:
+            bad = rng.choice(n, size=cfg.dup_flag_errors, replace=False)
+            stored_dup[bad] = ~stored_dup[bad]
+        x = {
+            "e2e": np.exp(rng.normal(np.log(20_000), 0.6, n)).astype(np.int64),  # ~20 ms
+            "commit": np.exp(rng.normal(np.log(1_500), 0.5, n)).astype(np.int64),  # ~1.5 ms
+            "gen_null": rng.random(n) < cfg.gen_ts_null,
+            "payload": rng.integers(8, 200, n).astype(np.int32),
+        }
+        kind = self._repeat("kind", lens)
+        losses = pa.Table.from_pylist(self.losses, schema=LOSSES) if self.losses else LOSSES.empty_table()
+        tables = {
+            "arrivals": self._arrivals(lens, seq, rx, arrival, stored_lead, stored_dup, x),
+            "losses": losses,
+            "boots": pa.Table.from_pylist(self.boots_rows, schema=BOOTS),
+        }
+        totals = self._totals(ndev, n, kind, dup, lead, x)
+        return tables, SynthTruth(totals=totals, per_device=self.per_device)
 
-    # bridge-computed lead per stream (streams are contiguous and in arrival order)
+    def _repeat(self, name: str, lens: np.ndarray, dtype: Any = None) -> np.ndarray:
+        return np.repeat(np.array(self.meta[name], dtype=dtype), lens)
+
+    def _arrivals(
+        self,
+        lens: np.ndarray,
+        seq: np.ndarray,
+        rx: np.ndarray,
+        arrival: np.ndarray,
+        lead: np.ndarray,
+        dup: np.ndarray,
+        x: dict[str, np.ndarray],
+    ) -> pa.Table:
+        ts_type = TABLES["arrivals"].field("host_rx_ts").type
+        rep = self._repeat
+        return pa.table(
+            {
+                "device_id": _dict_strings(rep("dev", lens)),
+                "boot_epoch": rep("boot_epoch", lens, np.int64),
+                "boots": rep("boots", lens, np.int64),
+                "channel": self.acc.cat("channel"),
+                "kind": _dict_strings(rep("kind", lens)),
+                "session": rep("session", lens, np.int64),
+                "lead_channel": rep("lead_channel", lens, np.int32),
+                "seq": seq,
+                "arrival": arrival,
+                "lead": lead,
+                "duplicate": dup,
+                "retransmission": self.acc.cat("retx"),
+                "priority": self.acc.cat("priority"),
+                "payload_bytes": x["payload"],
+                "frame_bytes": x["payload"] + np.int32(12),
+                "gen_ts": pa.array(rx - x["e2e"], type=ts_type, mask=x["gen_null"]),
+                "host_rx_ts": pa.array(rx, type=ts_type),
+                "host_commit_ts": pa.array(rx + x["commit"], type=ts_type),
+                "firmware_version": _dict_strings(rep("fw", lens)),
+                "transport": _dict_strings(rep("transport", lens)),
+                "bridge_id": _dict_strings(rep("bridge", lens)),
+            },
+            schema=TABLES["arrivals"],
+        )
+
+    def _totals(
+        self, ndev: int, n: int, kind: np.ndarray, dup: np.ndarray, lead: np.ndarray, x: dict[str, np.ndarray]
+    ) -> dict[str, Any]:
+        commit, e2e_known = x["commit"], x["e2e"][~x["gen_null"]]
+        return {
+            "rows": n,
+            "devices": ndev,
+            "boots": len(self.boots_rows),
+            "events": int((kind == "event").sum()),
+            "reports": int((kind == "report").sum()),
+            "unique": n - int(dup.sum()),
+            **self.tot,
+            "lead_eq1": int((lead == 1).sum()),
+            "lead_eq0": int((lead == 0).sum()),
+            "lead_gt1": int((lead > 1).sum()),
+            "lead_lt0": int((lead < 0).sum()),
+            "lead_mismatches": self.cfg.lead_errors,
+            "dup_flag_mismatches": self.cfg.dup_flag_errors,
+            "latency_rx_to_commit_p50_us": float(np.percentile(commit, 50)),
+            "latency_rx_to_commit_p99_us": float(np.percentile(commit, 99)),
+            "latency_gen_to_rx_p50_us": float(np.percentile(e2e_known, 50)) if len(e2e_known) else None,
+            "latency_gen_to_rx_p99_us": float(np.percentile(e2e_known, 99)) if len(e2e_known) else None,
+        }
+
+
+def _bridge_leads(seq: np.ndarray, lens: np.ndarray, dup: np.ndarray) -> np.ndarray:
+    """The bridge-computed lead per stream (streams are contiguous and in arrival order); checks
+    that the duplicates it finds are the injected ones."""
+    n = len(seq)
     lead = np.empty(n, dtype=np.int64)
     bdup = np.empty(n, dtype=bool)
     starts = np.concatenate([[0], np.cumsum(lens)])
@@ -446,82 +574,28 @@ def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
         a, b = starts[i], starts[i + 1]
         lead[a:b], bdup[a:b] = bridge_lead(seq[a:b])
     assert np.array_equal(bdup, dup), "generator: injected duplicates disagree with recomputation"
-    # per-device arrival counter: merge the device's streams by receive time
-    arrival = np.empty(n, dtype=np.int64)
-    for a, b in dev_arrival_chunks:
+    return lead
+
+
+def _arrival_counters(rx: np.ndarray, chunks: list[tuple[int, int]]) -> np.ndarray:
+    """The per-device arrival counter: each device's streams merged by receive time."""
+    arrival = np.empty(len(rx), dtype=np.int64)
+    for a, b in chunks:
         order = np.argsort(rx[a:b], kind="stable")
         arr = np.empty(b - a, dtype=np.int64)
         arr[order] = np.arange(1, b - a + 1)
         arrival[a:b] = arr
-    hist = {
-        "lead_eq1": int((lead == 1).sum()),
-        "lead_eq0": int((lead == 0).sum()),
-        "lead_gt1": int((lead > 1).sum()),
-        "lead_lt0": int((lead < 0).sum()),
-    }
-    stored_lead = lead.copy()
-    stored_dup = dup.copy()
-    if cfg.lead_errors:
-        bad = rng.choice(n, size=cfg.lead_errors, replace=False)
-        stored_lead[bad] += 7
-    if cfg.dup_flag_errors:
-        bad = rng.choice(n, size=cfg.dup_flag_errors, replace=False)
-        stored_dup[bad] = ~stored_dup[bad]
-    kind = rep("kind")
-    e2e = np.exp(rng.normal(np.log(20_000), 0.6, n)).astype(np.int64)  # ~20 ms
-    commit = np.exp(rng.normal(np.log(1_500), 0.5, n)).astype(np.int64)  # ~1.5 ms
-    gen_null = rng.random(n) < cfg.gen_ts_null
-    payload = rng.integers(8, 200, n).astype(np.int32)
-    ts_type = TABLES["arrivals"].field("host_rx_ts").type
-    arrivals = pa.table(
-        {
-            "device_id": _dict_strings(rep("dev")),
-            "boot_epoch": rep("boot_epoch", np.int64),
-            "boots": rep("boots", np.int64),
-            "channel": acc.cat("channel"),
-            "kind": _dict_strings(kind),
-            "session": rep("session", np.int64),
-            "lead_channel": rep("lead_channel", np.int32),
-            "seq": seq,
-            "arrival": arrival,
-            "lead": stored_lead,
-            "duplicate": stored_dup,
-            "retransmission": acc.cat("retx"),
-            "priority": acc.cat("priority"),
-            "payload_bytes": payload,
-            "frame_bytes": payload + np.int32(12),
-            "gen_ts": pa.array(rx - e2e, type=ts_type, mask=gen_null),
-            "host_rx_ts": pa.array(rx, type=ts_type),
-            "host_commit_ts": pa.array(rx + commit, type=ts_type),
-            "firmware_version": _dict_strings(rep("fw")),
-            "transport": _dict_strings(rep("transport")),
-            "bridge_id": _dict_strings(rep("bridge")),
-        },
-        schema=TABLES["arrivals"],
-    )
-    e2e_known = e2e[~gen_null]
-    totals: dict[str, Any] = {
-        "rows": n,
-        "devices": ndev,
-        "boots": len(boots_rows),
-        "events": int((kind == "event").sum()),
-        "reports": int((kind == "report").sum()),
-        "unique": n - int(dup.sum()),
-        **tot,
-        **hist,
-        "lead_mismatches": cfg.lead_errors,
-        "dup_flag_mismatches": cfg.dup_flag_errors,
-        "latency_rx_to_commit_p50_us": float(np.percentile(commit, 50)),
-        "latency_rx_to_commit_p99_us": float(np.percentile(commit, 99)),
-        "latency_gen_to_rx_p50_us": float(np.percentile(e2e_known, 50)) if len(e2e_known) else None,
-        "latency_gen_to_rx_p99_us": float(np.percentile(e2e_known, 99)) if len(e2e_known) else None,
-    }
-    tables = {
-        "arrivals": arrivals,
-        "losses": pa.Table.from_pylist(losses, schema=LOSSES) if losses else LOSSES.empty_table(),
-        "boots": pa.Table.from_pylist(boots_rows, schema=BOOTS),
-    }
-    return tables, SynthTruth(totals=totals, per_device=per_device)
+    return arrival
+
+
+def generate(cfg: SynthConfig) -> tuple[dict[str, pa.Table], SynthTruth]:
+    """Build the three export tables in memory; return them and the ground truth."""
+    rng = np.random.default_rng(cfg.seed)
+    ndev, t_start, t_end, hot_rows, per_dev_rows = _plan(cfg)
+    fleet = _Fleet(cfg, rng)
+    for di in range(ndev):
+        fleet.device(di, hot_rows, per_dev_rows, t_start, t_end)
+    return fleet.finish(ndev)
 
 
 def _dict_strings(values: np.ndarray) -> pa.Array:
@@ -554,10 +628,3 @@ def write_export(tables: dict[str, pa.Table], out_dir: str, max_rows_per_file: i
             max_rows_per_file=max_rows_per_file,
             max_rows_per_group=min(max_rows_per_file, 1_000_000),
         )
-
-
-def synthesize(out_dir: str, cfg: SynthConfig | None = None) -> SynthTruth:
-    """Generate and write an export directory; return the ground truth."""
-    tables, truth = generate(cfg or SynthConfig())
-    write_export(tables, out_dir)
-    return truth
