@@ -73,9 +73,9 @@ def _sums(cols: Any, fmt: str = 'sum("{c}") AS "{c}"') -> str:
 
 
 # columns of the rollups, 0 where a device/firmware/transport has no row of that source
-_ZERO = ("boots_seen", "restarts", "recovery_phases", "overruns", "events_lost_exact")
+_ZERO: tuple[str, ...] = ("boots_seen", "restarts", "recovery_phases", "overruns", "events_lost_exact")
 _ZERO += ("unknown_loss_recoveries", "recovery_us_sum", "recovery_us_max")
-_COMPARE_SUMS = ("messages", "unique", "duplicates", "late", "lost", "retransmissions")
+_COMPARE_SUMS: tuple[str, ...] = ("messages", "unique", "duplicates", "late", "lost", "retransmissions")
 _COMPARE_SUMS += ("lead_mismatches", "dup_flag_mismatches")
 _COALESCE = 'coalesce("{c}", 0) AS "{c}"'
 _RATES = (

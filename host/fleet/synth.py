@@ -178,8 +178,8 @@ def _rx_times(rng: np.random.Generator, t0: int, t1: int, n: int) -> np.ndarray:
 
 
 # per-stream constants (repeated over the stream's rows at the end), totals, per-device truth
-_STREAM_META = ("dev", "boot_epoch", "boots", "kind", "session", "lead_channel", "fw", "transport", "bridge")
-_STREAM_META += ("len",)
+_STREAM_META: tuple[str, ...] = ("dev", "boot_epoch", "boots", "kind", "session", "lead_channel", "fw")
+_STREAM_META += ("transport", "bridge", "len")
 _TOTALS = (
     "lost",
     "duplicates",
