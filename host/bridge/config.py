@@ -3,6 +3,10 @@
 Every problem is a :class:`ConfigError` naming the key (``device[3].udp``) and the problem in one
 line; the CLI prints it and exits 2 without creating the store, the log or the metrics socket.
 The reference is docs/bridge.md ("Configuration reference") and docs/examples/bridge.toml.
+
+Each setting's TOML key, default and range (or choices) is written once, on its dataclass field
+(:func:`_setting`); :func:`parse` reads them from there (:func:`settings`), and so does the test
+that docs/bridge.md and docs/examples/bridge.toml agree with the code (tests/bridge/test_config.py).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import math
 import tomllib
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +28,57 @@ class ConfigError(Exception):
         self.problem = problem
 
 
+def _setting(
+    default: Any,
+    section: str,
+    limits: tuple[float, float] | None = None,
+    key: str = "",
+    choices: tuple[str, ...] = (),
+    quoted: bool = True,
+    lower: bool = False,
+) -> Any:
+    """A dataclass field that is the TOML setting `section`.`key` (`key` defaults to the field's
+    name; section "device" is a [[device]] table): its default, the range of a number, the allowed
+    strings (`quoted` in the error message; `lower`: the value is lower-cased first)."""
+    meta = {
+        "section": section,
+        "key": key,
+        "range": limits,
+        "choices": choices,
+        "quoted": quoted,
+        "lower": lower,
+    }
+    return field(default=default, metadata=meta)
+
+
+def settings(cls: type) -> list[tuple[str, str, Field[Any]]]:
+    """(section, key, field) of every TOML setting of a config dataclass, in field order."""
+    return [(f.metadata["section"], f.metadata["key"] or f.name, f) for f in fields(cls) if f.metadata]
+
+
+_P = "polling"
+
+
 @dataclass(frozen=True)
 class PollConfig:
-    interval: float = 0.1  # initial (and, without `adaptive`, fixed) poll interval, seconds
-    interval_min: float = 0.005
-    interval_max: float = 1.0
-    adaptive: bool = True
-    batch: int = 64  # max_events in a POLL
-    max_bytes: int = 1400  # max payload bytes in an answer (fits one Ethernet MTU)
-    frames: int = 1  # answer frames per POLL (a burst, docs/protocol.md); >1 needs burst-aware devices
-    pipeline: bool = True  # with frames > 1: the next POLL goes out from a burst's predicted end
-    timeout: float = 0.25  # ceiling of the retransmission timeout (RTO, rtt.py) and the RTO before a sample
-    rto_min: float = 0.1  # floor of the RTO (a serial link's floor is at least its line time, rtt.py)
-    backoff_max: float = 5.0  # bound of the exponential backoff after transport errors
-    hello_interval: float = 10.0  # periodic HELLO: catches restarts of devices with empty rings
-    ack_timeout: float = 1.0  # SUBSCRIBE not acknowledged within this: send it again
+    interval: float = _setting(0.1, _P, (0.0, 3600.0))  # initial (without `adaptive`: fixed) interval, s
+    interval_min: float = _setting(0.005, _P, (0.0, 3600.0))
+    interval_max: float = _setting(1.0, _P, (0.0, 3600.0))
+    adaptive: bool = _setting(True, _P)
+    batch: int = _setting(64, _P, (1, 255))  # max_events in a POLL
+    max_bytes: int = _setting(1400, _P, (16, 2047))  # max payload bytes in an answer (one Ethernet MTU)
+    # answer frames per POLL (a burst, docs/protocol.md); >1 needs burst-aware devices
+    frames: int = _setting(1, _P, (1, 32))
+    # with frames > 1: the next POLL goes out from a burst's predicted end
+    pipeline: bool = _setting(True, _P)
+    # ceiling of the retransmission timeout (RTO, rtt.py) and the RTO before a sample
+    timeout: float = _setting(0.25, _P, (0.001, 60.0))
+    # floor of the RTO (a serial link's floor is at least its line time, rtt.py)
+    rto_min: float = _setting(0.1, _P, (0.0, 60.0))
+    backoff_max: float = _setting(5.0, _P, (0.001, 3600.0))  # bound of the backoff after transport errors
+    # periodic HELLO: catches restarts of devices with empty rings
+    hello_interval: float = _setting(10.0, _P, (0.1, 86400.0))
+    ack_timeout: float = _setting(1.0, _P, (0.01, 60.0))  # SUBSCRIBE not acknowledged within this: send again
 
 
 @dataclass(frozen=True)
@@ -48,9 +88,10 @@ class DeviceConfig:
     host: str = ""
     port: int = 0
     serial: str = ""
-    baud: int = 115200
-    subscribe: tuple[int, ...] = ()
-    timestamp: str = "none"  # "none" | "prefix_us": payload starts with u64 BE generation time, us
+    baud: int = _setting(115200, "device", (50, 10_000_000))
+    subscribe: tuple[int, ...] = _setting((), "device")
+    # "none" | "prefix_us": payload starts with u64 BE generation time, us
+    timestamp: str = _setting("none", "device", choices=("none", "prefix_us"))
     # authentication (issue 6): the device's key (16..64 bytes), None with `auth = false`. A secret:
     # kept out of repr() (and so out of every log line and error message built from a config)
     key: bytes | None = field(default=None, repr=False, compare=False)
@@ -62,20 +103,23 @@ class DeviceConfig:
 
 @dataclass(frozen=True)
 class BridgeConfig:
-    bridge_id: str = "bridge"
-    store: str = "leadwire.db"
-    metrics: str = "127.0.0.1:9464"  # "" disables the endpoint
-    bind: str = "127.0.0.1:0"  # local UDP address the bridge polls from
-    log_level: str = "info"
-    commit_interval: float = 0.05  # seconds between store commits (a batch)
-    commit_rows: int = 20000  # commit earlier when this many rows are pending
+    bridge_id: str = _setting("bridge", "bridge", key="id")
+    store: str = _setting("leadwire.db", "store", key="path")
+    metrics: str = _setting("127.0.0.1:9464", "bridge")  # "" disables the endpoint
+    bind: str = _setting("127.0.0.1:0", "bridge")  # local UDP address the bridge polls from
+    log_level: str = _setting(
+        "info", "bridge", choices=("debug", "info", "warning", "error"), quoted=False, lower=True
+    )
+    commit_interval: float = _setting(0.05, "store", (0.001, 10.0))  # seconds between store commits (a batch)
+    commit_rows: int = _setting(20000, "store", (1, 10_000_000))  # commit earlier at this many pending rows
     # "process": the store writes in a child process (rows over a pipe, its own GIL; dies with the
     # bridge); "thread": on a thread of the bridge process (docs/bridge.md, "Store writer")
-    store_writer: str = "process"
+    store_writer: str = _setting("process", "store", key="writer", choices=("process", "thread"))
     # "full": every commit is fsynced before it returns, so ACKs (sent after it) confirm durable data;
     # "normal": the WAL is fsynced only at checkpoints (a power loss can lose ACKed reports; docs/bridge.md)
-    store_sync: str = "full"
-    shard: tuple[int, int] = (0, 1)  # (index, count): poll the devices whose hash falls in this shard
+    store_sync: str = _setting("full", "store", key="synchronous", choices=("full", "normal"))
+    # (index, count): poll the devices whose hash falls in this shard; TOML "INDEX/COUNT"
+    shard: tuple[int, int] = _setting((0, 1), "bridge")
     poll: PollConfig = field(default_factory=PollConfig)
     devices: tuple[DeviceConfig, ...] = ()
 
@@ -90,24 +134,9 @@ def shard_of(device_id: str, count: int) -> int:
 
 
 _TOP = {"bridge", "polling", "store", "device"}
-_BRIDGE = {"id", "metrics", "bind", "log_level", "shard"}
-_STORE = {"path", "commit_interval", "commit_rows", "writer", "synchronous"}
-_POLL = {
-    "interval",
-    "interval_min",
-    "interval_max",
-    "adaptive",
-    "batch",
-    "max_bytes",
-    "frames",
-    "pipeline",
-    "timeout",
-    "rto_min",
-    "backoff_max",
-    "hello_interval",
-    "ack_timeout",
-}
-_DEVICE = {"id", "udp", "serial", "baud", "subscribe", "timestamp", "key", "key_file", "auth"}
+_SECTIONS = (("bridge", BridgeConfig), ("store", BridgeConfig), ("polling", PollConfig))
+_DEVICE = {"id", "udp", "serial", "key", "key_file", "auth"} | {k for _, k, _ in settings(DeviceConfig)}
+_DEVICE_FIELDS = {f.name: f for f in fields(DeviceConfig)}
 
 
 def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
@@ -154,6 +183,28 @@ def _str(t: dict[str, Any], key: str, where: str, default: str) -> str:
     v = t.get(key, default)
     if not isinstance(v, str):
         raise ConfigError(where + key, "must be a string, got %r" % (v,))
+    return v
+
+
+def _read(t: dict[str, Any], where: str, key: str, f: Field[Any], default: Any = None) -> Any:
+    """The value of setting f (key `key` in table t): its default when absent, checked against its
+    type (the annotation), range and choices."""
+    default = f.default if default is None else default
+    if f.type == "tuple[int, int]":  # bridge.shard: (index, count) written "INDEX/COUNT"
+        default = "%d/%d" % default
+    rng, choices = f.metadata["range"], f.metadata["choices"]
+    if f.type == "float":
+        return _num(t, key, where, default, *rng)
+    if f.type == "int":
+        return _int(t, key, where, default, *rng)
+    if f.type == "bool":
+        return _bool(t, key, where, default)
+    v = _str(t, key, where, default)
+    if f.metadata["lower"]:
+        v = v.lower()
+    if choices and v not in choices:
+        names = ['"%s"' % c if f.metadata["quoted"] else c for c in choices]
+        raise ConfigError(where + key, "must be %s or %s, got %r" % (", ".join(names[:-1]), names[-1], v))
     return v
 
 
@@ -231,70 +282,61 @@ def load(path: str | Path) -> BridgeConfig:
 
 
 def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
+    """Check a parsed TOML document completely; raises ConfigError naming the first bad key."""
     _unknown(doc, _TOP, "")
-    b = _table(doc, "bridge")
-    _unknown(b, _BRIDGE, "bridge.")
-    s = _table(doc, "store")
-    _unknown(s, _STORE, "store.")
-    pl = _table(doc, "polling")
-    _unknown(pl, _POLL, "polling.")
+    tables: dict[str, dict[str, Any]] = {}
+    for section, cls in _SECTIONS:
+        tables[section] = _table(doc, section)
+        _unknown(tables[section], {k for s, k, _ in settings(cls) if s == section}, section + ".")
+    top: dict[str, Any] = {}
+    for section in ("bridge", "store"):
+        for s, key, f in settings(BridgeConfig):
+            if s == section:
+                top[f.name] = _check(f.name, _read(tables[s], s + ".", key, f), base)
+    poll = _poll(tables["polling"])
+    return BridgeConfig(**top, poll=poll, devices=_devices(doc, base))
 
-    bridge_id = _str(b, "id", "bridge.", "bridge")
-    if not bridge_id or len(bridge_id) > 128:
+
+def _check(name: str, v: Any, base: Path | None) -> Any:
+    """The checks of one [bridge]/[store] value beyond type, range and choices; the value to keep."""
+    if name == "bridge_id" and (not v or len(v) > 128):
         raise ConfigError("bridge.id", "must be 1..128 characters")
-    metrics = _str(b, "metrics", "bridge.", "127.0.0.1:9464")
-    parse_address(metrics, "bridge.metrics", allow_empty=True)
-    bind = _str(b, "bind", "bridge.", "127.0.0.1:0")
-    parse_address(bind, "bridge.bind")
-    level = _str(b, "log_level", "bridge.", "info").lower()
-    if level not in ("debug", "info", "warning", "error"):
-        raise ConfigError("bridge.log_level", "must be debug, info, warning or error, got %r" % level)
-    shard_s = _str(b, "shard", "bridge.", "0/1")
-    si, sep, sk = shard_s.partition("/")
-    if not sep or not si.isdigit() or not sk.isdigit() or int(sk) < 1 or int(si) >= int(sk):
-        raise ConfigError("bridge.shard", "must be INDEX/COUNT with 0 <= INDEX < COUNT, got %r" % shard_s)
+    if name in ("metrics", "bind"):
+        parse_address(v, "bridge." + name, allow_empty=name == "metrics")
+    if name == "shard":
+        si, sep, sk = v.partition("/")
+        if not sep or not si.isdigit() or not sk.isdigit() or int(sk) < 1 or int(si) >= int(sk):
+            raise ConfigError("bridge.shard", "must be INDEX/COUNT with 0 <= INDEX < COUNT, got %r" % v)
+        return (int(si), int(sk))
+    if name == "store":
+        if not v:
+            raise ConfigError("store.path", "must not be empty")
+        if base is not None and v != ":memory:" and not Path(v).is_absolute():
+            return str(base / v)
+    return v
 
-    store = _str(s, "path", "store.", "leadwire.db")
-    if not store:
-        raise ConfigError("store.path", "must not be empty")
-    if base is not None and store != ":memory:" and not Path(store).is_absolute():
-        store = str(base / store)
-    commit_interval = _num(s, "commit_interval", "store.", 0.05, 0.001, 10.0)
-    commit_rows = _int(s, "commit_rows", "store.", 20000, 1, 10_000_000)
-    writer = _str(s, "writer", "store.", "process")
-    if writer not in ("process", "thread"):
-        raise ConfigError("store.writer", 'must be "process" or "thread", got %r' % writer)
-    sync = _str(s, "synchronous", "store.", "full")
-    if sync not in ("full", "normal"):
-        raise ConfigError("store.synchronous", 'must be "full" or "normal", got %r' % sync)
 
-    w = "polling."
-    interval_min = _num(pl, "interval_min", w, 0.005, 0.0, 3600.0)
-    interval_max = _num(pl, "interval_max", w, 1.0, 0.0, 3600.0)
+def _poll(pl: dict[str, Any]) -> PollConfig:
+    """[polling]: interval_min and interval_max first, the interval within them (its default too)."""
+    w, f = "polling.", {x.name: x for x in fields(PollConfig)}
+    interval_min = _read(pl, w, "interval_min", f["interval_min"])
+    interval_max = _read(pl, w, "interval_max", f["interval_max"])
     if interval_max < interval_min:
         raise ConfigError("polling.interval_max", "must be >= polling.interval_min (%g)" % interval_min)
-    interval = _num(pl, "interval", w, min(max(0.1, interval_min), interval_max), 0.0, 3600.0)
+    default = min(max(f["interval"].default, interval_min), interval_max)
+    interval = _read(pl, w, "interval", f["interval"], default)
     if not interval_min <= interval <= interval_max:
         raise ConfigError(
             "polling.interval",
             "must lie within [interval_min, interval_max] = [%g, %g]" % (interval_min, interval_max),
         )
-    poll = PollConfig(
-        interval=interval,
-        interval_min=interval_min,
-        interval_max=interval_max,
-        adaptive=_bool(pl, "adaptive", w, True),
-        batch=_int(pl, "batch", w, 64, 1, 255),
-        max_bytes=_int(pl, "max_bytes", w, 1400, 16, 2047),
-        frames=_int(pl, "frames", w, 1, 1, 32),
-        pipeline=_bool(pl, "pipeline", w, True),
-        timeout=_num(pl, "timeout", w, 0.25, 0.001, 60.0),
-        rto_min=_num(pl, "rto_min", w, 0.1, 0.0, 60.0),
-        backoff_max=_num(pl, "backoff_max", w, 5.0, 0.001, 3600.0),
-        hello_interval=_num(pl, "hello_interval", w, 10.0, 0.1, 86400.0),
-        ack_timeout=_num(pl, "ack_timeout", w, 1.0, 0.01, 60.0),
-    )
+    bounds = {"interval": interval, "interval_min": interval_min, "interval_max": interval_max}
+    rest = {x.name: _read(pl, w, k, x) for _, k, x in settings(PollConfig) if x.name not in bounds}
+    return PollConfig(**bounds, **rest)
 
+
+def _devices(doc: dict[str, Any], base: Path | None) -> tuple[DeviceConfig, ...]:
+    """The [[device]] list: at least one, ids and addresses unique."""
     if "device" not in doc:
         raise ConfigError("device", "no [[device]] in the config: give at least one")
     raw = doc["device"]
@@ -306,68 +348,55 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
     seen_ids: set[str] = set()
     seen_addr: set[str] = set()
     for i, d in enumerate(raw):
-        where = "device[%d]." % i
-        if not isinstance(d, dict):
-            raise ConfigError("device[%d]" % i, "must be a table")
-        _unknown(d, _DEVICE, where)
-        has_udp = "udp" in d
-        has_serial = "serial" in d
-        if has_udp == has_serial:
-            raise ConfigError(where + "udp", 'give exactly one of udp = "host:port" or serial = "PORT"')
-        sub = d.get("subscribe", [])
-        if not isinstance(sub, list) or any(isinstance(c, bool) or not isinstance(c, int) for c in sub):
-            raise ConfigError(where + "subscribe", "must be a list of channel numbers, got %r" % (sub,))
-        if any(not 0 <= c <= 255 for c in sub) or len(set(sub)) != len(sub):
-            raise ConfigError(where + "subscribe", "channels must be distinct and within 0..255")
-        ts = _str(d, "timestamp", where, "none")
-        if ts not in ("none", "prefix_us"):
-            raise ConfigError(where + "timestamp", 'must be "none" or "prefix_us", got %r' % ts)
-        if has_udp:
-            addr = _str(d, "udp", where, "")
-            host, port = parse_address(addr, where + "udp")
-            if port == 0:
-                raise ConfigError(where + "udp", "port must be 1..65535")
-            if "baud" in d:
-                raise ConfigError(where + "baud", "only for serial devices")
-            dev_id = _str(d, "id", where, addr)
-            dkey = _device_key(d, where, base)
-            dc = DeviceConfig(
-                dev_id, "udp", host=host, port=port, subscribe=tuple(sub), timestamp=ts, key=dkey
-            )
-            key = "udp:%s:%d" % (host, port)
-        else:
-            port_s = _str(d, "serial", where, "")
-            if not port_s:
-                raise ConfigError(where + "serial", "must name a serial port")
-            baud = _int(d, "baud", where, 115200, 50, 10_000_000)
-            dev_id = _str(d, "id", where, port_s)
-            dkey = _device_key(d, where, base)
-            dc = DeviceConfig(
-                dev_id, "serial", serial=port_s, baud=baud, subscribe=tuple(sub), timestamp=ts, key=dkey
-            )
-            key = "serial:" + port_s
-        if not dev_id or len(dev_id) > 128:
-            raise ConfigError(where + "id", "must be 1..128 characters")
-        if dev_id in seen_ids:
-            raise ConfigError(where + "id", "duplicate device id %r" % dev_id)
-        if key in seen_addr:
-            raise ConfigError(
-                where + ("udp" if has_udp else "serial"), "address already used by another device"
-            )
-        seen_ids.add(dev_id)
-        seen_addr.add(key)
+        dc, addr = _device(d, i, base)
+        if dc.id in seen_ids:
+            raise ConfigError("device[%d].id" % i, "duplicate device id %r" % dc.id)
+        if addr in seen_addr:
+            raise ConfigError("device[%d].%s" % (i, dc.transport), "address already used by another device")
+        seen_ids.add(dc.id)
+        seen_addr.add(addr)
         devices.append(dc)
-    return BridgeConfig(
-        bridge_id=bridge_id,
-        store=store,
-        metrics=metrics,
-        bind=bind,
-        log_level=level,
-        commit_interval=commit_interval,
-        commit_rows=commit_rows,
-        store_writer=writer,
-        store_sync=sync,
-        shard=(int(si), int(sk)),
-        poll=poll,
-        devices=tuple(devices),
-    )
+    return tuple(devices)
+
+
+def _device(d: Any, i: int, base: Path | None) -> tuple[DeviceConfig, str]:
+    """One [[device]] table: the config and its address ("udp:HOST:PORT" or "serial:PORT")."""
+    where, f = "device[%d]." % i, _DEVICE_FIELDS
+    if not isinstance(d, dict):
+        raise ConfigError("device[%d]" % i, "must be a table")
+    _unknown(d, _DEVICE, where)
+    has_udp = "udp" in d
+    if has_udp == ("serial" in d):
+        raise ConfigError(where + "udp", 'give exactly one of udp = "host:port" or serial = "PORT"')
+    sub = d.get("subscribe", list(DeviceConfig.subscribe))  # the class attribute: the default
+    if not isinstance(sub, list) or any(isinstance(c, bool) or not isinstance(c, int) for c in sub):
+        raise ConfigError(where + "subscribe", "must be a list of channel numbers, got %r" % (sub,))
+    if any(not 0 <= c <= 255 for c in sub) or len(set(sub)) != len(sub):
+        raise ConfigError(where + "subscribe", "channels must be distinct and within 0..255")
+    common: dict[str, Any] = {
+        "subscribe": tuple(sub),
+        "timestamp": _read(d, where, "timestamp", f["timestamp"]),
+    }
+    if has_udp:
+        addr = _str(d, "udp", where, "")
+        host, port = parse_address(addr, where + "udp")
+        if port == 0:
+            raise ConfigError(where + "udp", "port must be 1..65535")
+        if "baud" in d:
+            raise ConfigError(where + "baud", "only for serial devices")
+        dev_id = _str(d, "id", where, addr)
+        dkey = _device_key(d, where, base)
+        dc = DeviceConfig(dev_id, "udp", host=host, port=port, key=dkey, **common)
+        key = "udp:%s:%d" % (host, port)
+    else:
+        port_s = _str(d, "serial", where, "")
+        if not port_s:
+            raise ConfigError(where + "serial", "must name a serial port")
+        baud = _read(d, where, "baud", f["baud"])
+        dev_id = _str(d, "id", where, port_s)
+        dkey = _device_key(d, where, base)
+        dc = DeviceConfig(dev_id, "serial", serial=port_s, baud=baud, key=dkey, **common)
+        key = "serial:" + port_s
+    if not dev_id or len(dev_id) > 128:
+        raise ConfigError(where + "id", "must be 1..128 characters")
+    return dc, key

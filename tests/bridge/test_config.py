@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from leadwire.bridge.config import ConfigError, load, parse, shard_of
+from leadwire.bridge.config import (
+    BridgeConfig,
+    ConfigError,
+    DeviceConfig,
+    PollConfig,
+    load,
+    parse,
+    settings,
+    shard_of,
+)
 from leadwire.cli import main
 
 pytestmark = pytest.mark.timeout(60)
@@ -145,3 +156,69 @@ def test_key_key_file_and_auth_false(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         parse({"device": [{"udp": "127.0.0.1:1", "key_file": "k"}]}, base=tmp_path)
     assert e.value.key == "device[0].key_file" and "not found" in e.value.problem
+
+
+# ---------------------------------------------------------------- the documentation agrees with the code
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _toml(value: object) -> str:
+    """A default as the docs write it (TOML)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"%s"' % value
+    if value == ():
+        return "[]"
+    if isinstance(value, tuple):  # bridge.shard
+        return '"%d/%d"' % value
+    return repr(value)
+
+
+def _documented() -> dict[str, tuple[str, str]]:
+    """docs/bridge.md's key table: "section.key" -> (default as written, meaning)."""
+    text = (ROOT / "docs" / "bridge.md").read_text()
+    table = text.split("## Configuration reference")[1].split("\n## ")[0]
+    rows: dict[str, tuple[str, str]] = {}
+    for line in table.splitlines():
+        if not line.startswith("| `"):
+            continue
+        keys, default, meaning = (c.strip() for c in line.strip("|").split(" | ", 2))
+        names = re.findall(r"`([^`]+)`", keys)
+        defaults = default.split(", ") if len(names) > 1 else [default]
+        assert len(defaults) == len(names), line
+        section = ""
+        for name, d in zip(names, defaults, strict=True):
+            if name.startswith("[[device]]"):
+                section, name = "device", name[len("[[device]]") :].strip()
+            elif "." in name:
+                section, name = name.split(".", 1)
+            if name:
+                rows["%s.%s" % (section, name)] = (d.strip("`"), meaning)
+    return rows
+
+
+def test_every_key_documented_once_with_its_default_and_range() -> None:
+    doc = _documented()
+    code = {
+        "%s.%s" % (s, k): f for cls in (BridgeConfig, PollConfig, DeviceConfig) for s, k, f in settings(cls)
+    }
+    device_only = {"device." + k for k in ("id", "udp", "serial", "key", "key_file", "auth")}  # not fields
+    assert set(doc) == set(code) | device_only
+    for key, f in code.items():
+        default, meaning = doc[key]
+        assert default == _toml(f.default), key
+        m = re.search(r"\((-?[\d.]+)\.\.(-?[\d.]+)\)", meaning)  # a range given as (lo..hi)
+        if m:
+            assert (float(m[1]), float(m[2])) == f.metadata["range"], key
+
+
+def test_example_lists_every_setting_at_its_default() -> None:
+    """docs/examples/bridge.toml shows every [bridge]/[store]/[polling] key; all at their defaults
+    but the two a deployment sets (bridge.id, store.path)."""
+    doc = tomllib.loads((ROOT / "docs" / "examples" / "bridge.toml").read_text())
+    for cls, sections in ((BridgeConfig, ("bridge", "store")), (PollConfig, ("polling",))):
+        for s, k, f in settings(cls):
+            assert s in sections and k in doc[s], "%s.%s missing from the example" % (s, k)
+            if "%s.%s" % (s, k) not in ("bridge.id", "store.path"):
+                assert _toml(doc[s][k]) == _toml(f.default), "%s.%s" % (s, k)
