@@ -2,7 +2,7 @@
 # device's HELLO answer, a key given as hex), as HostEndpoint, a subclass of auth.Endpoint. auth.py
 # holds the protocol both ends share and the device's end and knows nothing of this module; a board
 # never loads it (every module a board loads costs heap), nor pays for the host-only state below.
-from leadwire import wire
+from leadwire import u32, wire
 from leadwire._compat import const
 from leadwire.auth import HINT, KEY_MAX, KEY_MIN, TO_DEVICE, TO_HOST, Endpoint
 from leadwire.wire import AUTH_SIZE
@@ -93,3 +93,15 @@ class HostEndpoint(Endpoint):
             self.tx[1 + i] = buf[6 + i]
             self.tx[5 + i] = buf[p - 4 + i]
         return wire.OK
+
+    def newer_session(self, buf, n):
+        """True when the device HELLO in buf[:n] (signed, checked) carries a session K after ours in
+        serial-number order: a late copy of one of our older HELLO requests reached the device, which
+        moved on to a session under that old nonce; only a new handshake gets its frames again.
+        (Copies of older answers carry older K.) Allocates the two u32 ints on 32-bit ports."""
+        if not self.live:
+            return False
+        p = n - wire.CRC_SIZE - AUTH_SIZE
+        k = (buf[p - 4] << 24) | (buf[p - 3] << 16) | (buf[p - 2] << 8) | buf[p - 1]
+        t = self.tx
+        return 0 < u32.diff(k, (t[5] << 24) | (t[6] << 16) | (t[7] << 8) | t[8])

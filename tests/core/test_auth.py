@@ -241,3 +241,24 @@ def test_the_split_is_one_way_and_the_device_end_carries_no_host_state() -> None
     host = auth_host.HostEndpoint(KEY)
     assert isinstance(host, auth.Endpoint) and host.side == auth.TO_DEVICE and len(host.prev) == 16
     assert auth.AUTH_SIZE is wire.AUTH_SIZE == 8
+
+
+def test_a_late_older_request_that_moved_the_device_on_is_seen_as_a_newer_session() -> None:
+    """The device takes a late copy of an older HELLO request after our handshake: it starts
+    session K + 1 under that old nonce. The host refuses the answer (E_REPLAY: an old nonce) and
+    newer_session says a handshake is due; an answer of our own session does not."""
+    p = Pair()
+    reqs = []
+    for _ in range(2):  # the first request goes unanswered; the second is answered
+        p.nonce += 1
+        reqs.append(p.sign(p.host, codec.Frame(wire.HELLO, p.nonce, b"")))
+    h = messages.Hello(p.epoch, 64, 16, 512, 1, "b", "f", "k", session=0)
+    e_hi, e_lo = p.epoch >> 16, p.epoch & 0xFFFF
+    assert p.dev.device_hello(bytearray(reqs[1]), len(reqs[1]), e_hi, e_lo) == wire.OK
+    ours = bytearray(p.sign(p.dev, messages.hello_frame(h)))
+    assert p.host.host_hello(ours, len(ours)) == wire.OK
+    assert not p.host.newer_session(ours, len(ours))
+    assert p.dev.device_hello(bytearray(reqs[0]), len(reqs[0]), e_hi, e_lo) == wire.OK  # the late copy
+    newer = bytearray(p.sign(p.dev, messages.hello_frame(h)))
+    assert p.host.host_hello(newer, len(newer)) == wire.E_REPLAY
+    assert p.host.newer_session(newer, len(newer))
