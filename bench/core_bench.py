@@ -18,17 +18,9 @@ import crcmod.predefined
 from leadwire import wire
 from leadwire.crc16 import crc16_py
 from leadwire.ring import EventRing
-from leadwire.tools import testbed
+from leadwire.tools.testbed import need_tool as tool  # a missing one: what to install, exit 2
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def tool(name: str) -> str:
-    """testbed.tool (.venv/bin, then PATH); a missing one ends the bench with a one-line message."""
-    try:
-        return testbed.tool(name)
-    except FileNotFoundError as e:
-        raise SystemExit("bench: %s" % e) from None
 
 
 def run_on_micropython(args: list[str], heap: str = "64K", extra: Path | None = None) -> dict[str, int]:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,19 +35,46 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from leadwire.bridge.config import parse as parse_config
 from leadwire.bridge.store_reader import StoreReader
 from leadwire.tools.firmware_build import tool
 from leadwire.u32 import MASK as M32
 
-__all__ = ["ALARM_CH", "HEALTH_CH", "M32", "SENSOR_CH", "Progress", "Testbed", "format_table", "tool"]
+__all__ = [
+    "ALARM_CH", "HEALTH_CH", "M32", "SENSOR_CH", "Progress", "Testbed", "cannot_run", "format_table",
+    "need_command", "need_tool", "tool",
+]  # fmt: skip
 
 SENSOR_CH = 1  # the boards' sensor channel (sample numbers: their ground truth)
 HEALTH_CH = 8  # the health record (messages.decode_health / decode_health_auth)
 ALARM_CH = 9
 MARKER_ENV = "LEADWIRE_DEMO_RUN"  # set in every child's environment: a test finds leftovers by it
+
+
+def cannot_run(why: str) -> NoReturn:
+    """End a bench that cannot run on this machine: one line on stderr, what is missing and what to
+    install, and exit status 2 (tests/bench skip on it, with that line). Benches install nothing."""
+    print("%s: %s" % (Path(sys.argv[0]).stem, why), file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def need_tool(name: str) -> str:
+    """tool(name) (.venv/bin, then PATH), or cannot_run saying which pip install brings it."""
+    try:
+        return tool(name)
+    except FileNotFoundError as e:
+        cannot_run(str(e))
+
+
+def need_command(name: str, package: str) -> str:
+    """A system command (PATH, then /usr/sbin: root's tools, off a user's PATH), or cannot_run saying
+    which Debian package has it."""
+    exe = shutil.which(name) or (str(Path("/usr/sbin", name)) if Path("/usr/sbin", name).exists() else None)
+    if exe is None:
+        cannot_run("`%s` is missing: apt-get install %s" % (name, package))
+    return exe
 
 
 class TestbedError(RuntimeError):
