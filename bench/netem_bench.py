@@ -25,7 +25,6 @@ board, same proxy) and with this tree's: before/after from one run.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -34,7 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 from leadwire import client, codec, messages, wire
 from leadwire.tools.board import start_board
@@ -199,14 +201,9 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
         with in_thread(imp) as imp:
             link = (["--board", "%s:%d" % imp.address] if transport == "udp"
                     else ["--serial", imp.port, "--baud", "1000000"])  # fmt: skip
-            host = pmb.Proc(
-                [sys.executable, str(pmb.HERE / "lw_host.py"), *link, "--store", str(run / "lw.db"),
-                 "--events", "10000000", "--seconds", str(seconds), "--timeout", "0.25",
-                 "--frames", "16", "--max-bytes", "1460" if transport == "udp" else "1000",
-                 "--pipeline", str(int(pipeline)),
-                 *(["--rto-min", "0.002"] if code is None else [])],  # loopback: a 2 ms floor
-                env={**os.environ, "PYTHONPATH": code} if code else None,
-            )  # fmt: skip
+            # rto_min: loopback, a 2 ms floor
+            host = pmb.lw_host(link, run / "lw.db", 10_000_000, seconds, 0.25, 16, pipeline, code, 0.002,
+                               max_bytes=1460 if transport == "udp" else 1000)  # fmt: skip
             res = host.wait_line("store", seconds + 90)
             counts = imp.snapshot()
     finally:
@@ -288,7 +285,7 @@ def nft_loss(loss: float) -> None:
     subprocess.run(["nft", "-f", "-"], input="\n".join(rules) + "\n", text=True, check=True)
 
 
-def fleet_table(a: argparse.Namespace, codes: list[str | None], tmp: Path, kernel: bool) -> str:
+def fleet_table(a: SimpleNamespace, codes: list[str | None], tmp: Path, kernel: bool) -> str:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = 4 * a.fleet + 256
     if soft < want:
@@ -356,33 +353,13 @@ def loadavg() -> str:
     return "%.1f %.1f %.1f" % os.getloadavg()
 
 
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--lw-seconds", type=float, default=5.0, help="length of one leadwire run")
-    ap.add_argument("--udp-rates", default="64:20000/60000/150000,256:10000/40000/100000")
-    ap.add_argument("--serial-rates", default="64:500/1000/2000")
-    ap.add_argument("--losses", default="0.01,0.05")
-    ap.add_argument("--fleet", type=int, default=1000, help="devices in the fleet run")
-    ap.add_argument("--fleet-seconds", type=float, default=10.0)
-    ap.add_argument("--before", default="", help="git ref: every leadwire run also with that bridge code")
-    ap.add_argument("--skip", default="", help="comma list of: proxy, session, pipeline, udp, serial, fleet")
-    ap.add_argument("--pipeline-rates", default="64:500/2000/20000/100000", help="pipelining A/B, no loss")
-    ap.add_argument("--fleet-proxies", action="store_true", help="fleet through 1,000 netem proxies")
-    ap.add_argument("--fleet-bridge", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--fleet-inside", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--before-tree", default="", help=argparse.SUPPRESS)
-    return ap.parse_args()
-
-
 def _rates(text: str) -> dict[int, list[int]]:
     """"64:500/1000,256:10000" -> {64: [500, 1000], 256: [10000]} (payload size: offered rates)."""
     pairs = (p.split(":") for p in text.split(",") if p)
     return {int(k): [int(x) for x in v.split("/")] for k, v in pairs}
 
 
-def pipeline_phase(tmp: Path, a: argparse.Namespace) -> None:
+def pipeline_phase(tmp: Path, a: SimpleNamespace) -> None:
     """Pipelined POLLs on / off on a clean link, interleaved A/B."""
     # the cost that kept pipelining opt-in: bridge CPU per committed event at low rates, A/B
     rows = [["size", "offered/s", "pipelined: events/s", "CPU us/event", "POLLs pipelined",
@@ -405,7 +382,7 @@ def pipeline_phase(tmp: Path, a: argparse.Namespace) -> None:
 
 
 def loss_phases(
-    tmp: Path, a: argparse.Namespace, skip: set[str], codes: list[str | None], losses: list[float]
+    tmp: Path, a: SimpleNamespace, skip: set[str], codes: list[str | None], losses: list[float]
 ) -> bool:
     """The loss ladders per transport; True when no event was lost silently."""
     ok = True
@@ -422,7 +399,7 @@ def loss_phases(
     return ok
 
 
-def fleet_phase(tmp: Path, a: argparse.Namespace, codes: list[str | None]) -> None:
+def fleet_phase(tmp: Path, a: SimpleNamespace, codes: list[str | None]) -> None:
     """The fleet run: through netem proxies, or in a private network namespace."""
     # 1,000 Python proxies cannot carry 10,000 round trips/s on two cores (the proxies, not
     # the bridge, made ~5 polls/s per device): the kernel drops the datagrams instead, in a
@@ -438,7 +415,7 @@ def fleet_phase(tmp: Path, a: argparse.Namespace, codes: list[str | None]) -> No
         subprocess.run(["unshare", "-n", *argv], check=False)
 
 
-def session_phase(a: argparse.Namespace) -> bool:
+def session_phase(a: SimpleNamespace) -> bool:
     """One session through netem against a real board; True when its checks hold."""
     # health every 100 ms; a ring of 1024 so the board keeps everything the session has not polled yet
     cfg = {
@@ -464,8 +441,27 @@ def session_phase(a: argparse.Namespace) -> bool:
     return all(s["checks"].values())
 
 
-def main() -> int:
-    a = parse_args()
+@click.command(help=__doc__.split("\n")[0])
+@click.option("--seconds", type=float, default=10.0)
+@click.option("--seed", type=int, default=1)
+@click.option("--lw-seconds", type=float, default=5.0, help="length of one leadwire run")
+@click.option("--udp-rates", default="64:20000/60000/150000,256:10000/40000/100000")
+@click.option("--serial-rates", default="64:500/1000/2000")
+@click.option("--losses", default="0.01,0.05")
+@click.option("--fleet", type=int, default=1000, help="devices in the fleet run")
+@click.option("--fleet-seconds", type=float, default=10.0)
+@click.option("--before", default="", help="git ref: every leadwire run also with that bridge code")
+@click.option("--skip", default="", help="comma list of: proxy, session, pipeline, udp, serial, fleet")
+@click.option("--pipeline-rates", default="64:500/2000/20000/100000", help="pipelining A/B, no loss")
+@click.option("--fleet-proxies", is_flag=True, help="fleet through 1,000 netem proxies")
+@click.option("--fleet-bridge", default="", hidden=True)
+@click.option("--fleet-inside", is_flag=True, hidden=True)
+@click.option("--before-tree", default="", hidden=True)
+def main(**kw: Any) -> None:
+    sys.exit(bench(SimpleNamespace(**kw)))
+
+
+def bench(a: SimpleNamespace) -> int:
     if a.fleet_inside:
         import subprocess
 
@@ -503,4 +499,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

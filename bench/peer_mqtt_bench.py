@@ -24,15 +24,15 @@ leadwire runs: the bridge polling the board over UDP in batches; the board's gen
 direction of the board's link (nftables `numgen random` drops: real TCP retransmission for MQTT).
 
 Everything runs in a private network namespace (`unshare -n`): only loopback exists there, so the
-impairment and the counters touch no other traffic on the machine. The script installs what is
-missing (Debian packages mosquitto and nftables, with apt-get, said on stderr; umqtt.simple from
-PyPI into bench/out/, never committed), starts its own mosquitto on a free port and stops
-everything it started.
+impairment and the counters touch no other traffic on the machine. The script installs no system
+package: without mosquitto, nftables or a private network namespace it says in one line what is
+missing and exits 2. umqtt.simple comes by `micropython -m mip install umqtt.simple` into bench/out/
+(never committed), from PyPI's sdist where micropython-lib's index cannot be reached. It starts its
+own mosquitto on a free port and stops everything it started.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
@@ -50,10 +50,14 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 from typing import IO, Any
+
+import click
 
 from leadwire.tools import testbed
 from leadwire.tools.procstat import cpu_seconds
+from leadwire.tools.testbed import need_tool as tool  # a missing one: what to install, exit 2
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "bench" / "peer_mqtt"
@@ -66,44 +70,46 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def tool(name: str) -> str:
-    """testbed.tool (.venv/bin, then PATH); a missing one ends the bench with a one-line message."""
-    try:
-        return testbed.tool(name)
-    except FileNotFoundError as e:
-        raise SystemExit("bench: %s" % e) from None
-
-
 # -- setup (before the namespace: needs the network) ------------------------------------------
 
 
-def ensure_debian(cmd: str, package: str) -> None:
-    if shutil.which(cmd) or Path("/usr/sbin", cmd).exists():
-        return
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise SystemExit(
-            "`%s` is missing and cannot be installed here (needs root and apt-get): "
-            "install the Debian package %s" % (cmd, package)
-        )
-    log("peer_mqtt_bench: `%s` not found: installing the Debian package %s (apt-get)" % (cmd, package))
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", package], check=True, env=env, stdout=subprocess.DEVNULL
-    )
-
-
 def fetch_umqtt() -> tuple[Path, str]:
-    """umqtt/simple.py from PyPI (cached in bench/out/). Returns (path, version).
+    """umqtt/simple.py, cached in bench/out/. Returns (path, version).
 
-    `pip download micropython-umqtt.simple` fails: the sdist has neither setup.py nor pyproject.toml,
-    so pip cannot prepare its metadata. PyPI's JSON API names the sdist and its sha256; the file
-    host serves it; the one file is taken out of the tar.gz.
+    `micropython -m mip install umqtt.simple` first. mip reads micropython-lib's own index
+    (micropython.org/pi/v2), not PyPI: where only package registries are reachable (this project's
+    build machines: mip ends in `OSError: [addrinfo error -2]`), PyPI's sdist of the same file instead,
+    fetched by hand because `pip download micropython-umqtt.simple` fails (the sdist has neither
+    setup.py nor pyproject.toml, so pip cannot prepare its metadata).
     """
     dest = OUT / "umqtt" / "simple.py"
     meta = OUT / "umqtt" / "VERSION"
     if dest.exists() and meta.exists():
         return dest, meta.read_text().strip()
+    version = umqtt_by_mip(OUT) or umqtt_from_pypi(dest)
+    meta.write_text(version + "\n")
+    return dest, version
+
+
+def umqtt_by_mip(target: Path) -> str | None:
+    """umqtt.simple (source, not .mpy: build_publisher compiles it) by mip under target; its version
+    ("latest", as mip installs it), or None when mip could not reach micropython-lib's index."""
+    log("peer_mqtt_bench: micropython -m mip install umqtt.simple")
+    cmd = [tool("micropython"), "-m", "mip", "install", "--target", str(target), "--no-mpy", "umqtt.simple"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        log("peer_mqtt_bench: mip timed out")
+        return None
+    if r.returncode == 0 and (target / "umqtt" / "simple.py").exists():
+        return "latest (mip)"
+    log("peer_mqtt_bench: mip failed (%s)" % ((r.stdout + r.stderr).strip().splitlines() or ["?"])[-1])
+    return None
+
+
+def umqtt_from_pypi(dest: Path) -> str:
+    """umqtt/simple.py out of PyPI's sdist: the JSON API names it and its sha256, the file host
+    serves it. Returns its version."""
     log("peer_mqtt_bench: fetching %s from PyPI (JSON API + files.pythonhosted.org)" % UMQTT)
     with urllib.request.urlopen("https://pypi.org/pypi/%s/json" % UMQTT, timeout=60) as r:
         info = json.load(r)
@@ -124,8 +130,7 @@ def fetch_umqtt() -> tuple[Path, str]:
         data = f.read()
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(data)
-    meta.write_text(info["info"]["version"] + "\n")
-    return dest, info["info"]["version"]
+    return str(info["info"]["version"])
 
 
 def build_publisher(simple: Path, out: Path) -> None:
@@ -329,48 +334,17 @@ def mqtt_run(
     procs: list[Proc] = []
     try:
         wire = Wire("tcp", "dport", broker.board_port, loss)
-        sub = Proc(
-            [
-                sys.executable,
-                str(HERE / "subscriber.py"),
-                "--port",
-                str(broker.host_port),
-                "--qos",
-                str(qos),
-                "--store",
-                str(run / "sub.db"),
-            ],
-            stdin=True,
-        )
+        sub = Proc([sys.executable, str(HERE / "subscriber.py"), "--port", str(broker.host_port),
+                    "--qos", str(qos), "--store", str(run / "sub.db")], stdin=True)  # fmt: skip
         procs.append(sub)
         sub.wait_line("ready", 15)
-        env = {"MICROPYPATH": str(pubdir), "PATH": "/usr/bin:/bin"}
-        pub = Proc(
-            [
-                tool("micropython"),
-                "-X",
-                "heapsize=" + HEAP,
-                "-m",
-                "mqtt_pub",
-                "127.0.0.1",
-                str(broker.board_port),
-                str(qos),
-                str(int(nodelay)),
-                str(n),
-                str(size),
-                str(seconds),
-            ],
-            env=env,
-        )
+        pub = Proc([tool("micropython"), "-X", "heapsize=" + HEAP, "-m", "mqtt_pub", "127.0.0.1",
+                    str(broker.board_port), str(qos), str(int(nodelay)), str(n), str(size), str(seconds)],
+                   env={"MICROPYPATH": str(pubdir), "PATH": "/usr/bin:/bin"})  # fmt: skip
         procs.append(pub)
         pub.wait_line("ready", 15)
         done = pub.wait_line("sent", seconds + 60)
-        # the subscriber has it all, or nothing more arrives for 2 s (cap: 30 s)
-        end = time.monotonic() + 30
-        while time.monotonic() < end and sub.progress < done["sent"]:
-            if time.monotonic() - sub.progress_t > 2.0:
-                break
-            time.sleep(0.02)
+        wait_received(sub, done["sent"])
         broker_cpu = cpu_seconds(broker.p.pid)
         sub.close_stdin()
         s = sub.wait_line("received", 30)
@@ -381,6 +355,22 @@ def mqtt_run(
         if wire is not None:
             wire.close()
         broker.stop()
+    return mqtt_result(label, size, loss, done, s, broker_cpu) | counters
+
+
+def wait_received(sub: Proc, sent: int) -> None:
+    """Until the subscriber has all `sent`, or nothing more arrives for 2 s (cap: 30 s)."""
+    end = time.monotonic() + 30
+    while time.monotonic() < end and sub.progress < sent:
+        if time.monotonic() - sub.progress_t > 2.0:
+            break
+        time.sleep(0.02)
+
+
+def mqtt_result(
+    label: str, size: int, loss: float, done: dict[str, Any], s: dict[str, Any], broker_cpu: float | None
+) -> dict[str, Any]:
+    """One MQTT run's row: the publisher's `done` line, the subscriber's summary `s`."""
     got = s["distinct"]
     return {
         "system": label,
@@ -405,7 +395,6 @@ def mqtt_run(
         "alloc_per_event": done["alloc_per_event"],
         "receiver_cpu_s": s["cpu_s"],
         "broker_cpu_s": broker_cpu,
-        **counters,
     }
 
 
@@ -425,59 +414,17 @@ def lw_run(
     rto_min: float = 0.002,
 ) -> dict[str, Any]:
     """One leadwire run; `code`: a directory whose `leadwire` package the bridge runs (--before)."""
-    from leadwire.tools.board import start_board
-
     run = tmp / ("lw-%d-%d-%g-%s" % (size, hz, loss, "before" if code else "now"))
     run.mkdir()
-    cfg = {
-        "ring": ring,
-        "slot": size,
-        "tick": tick,
-        "health": {"ms": 1000},
-        "sensors": [{"ch": 1, "hz": hz, "size": size}],
-        "udp": {"frame": 1472},
-    }
-    while True:
-        board = start_board("udp", config=cfg, board_dir=run / "board")
-        if "ring %dx%d," % (ring, size) in board.console():
-            break
-        # the boot fell back to 256 x 16 (the free heap at boot varies by a few hundred bytes
-        # from run to run): a smaller ring, said on stderr and in the results (ring)
-        text = board.console()
-        board.close()
-        if ring <= 16:
-            raise RuntimeError("the board made no %d B ring (64 KB heap):\n%s" % (size, text))
-        ring -= max(1, ring // 32)
-        cfg["ring"] = ring
-        log("  leadwire: ring did not fit at boot; trying %d x %d B" % (ring, size))
+    board, ring = lw_board(run, size, hz, ring, tick)
     t_board = time.monotonic()
     wire = None
     host = None
     try:
         assert board.address is not None
         wire = Wire("udp", "sport", board.address[1], loss)
-        host = Proc(
-            [
-                sys.executable,
-                str(HERE / "lw_host.py"),
-                "--board",
-                "%s:%d" % board.address,
-                "--store",
-                str(run / "lw.db"),
-                "--events",
-                str(n),
-                "--seconds",
-                str(seconds),
-                "--timeout",
-                str(timeout),
-                "--frames",
-                str(frames),
-                "--pipeline",
-                str(int(pipeline)),
-                *(["--rto-min", str(rto_min)] if code is None else []),  # (the code before rtt.py: none)
-            ],
-            env={**os.environ, "PYTHONPATH": code} if code else None,
-        )
+        link = ["--board", "%s:%d" % board.address]
+        host = lw_host(link, run / "lw.db", n, seconds, timeout, frames, pipeline, code, rto_min)
         res = host.wait_line("store", seconds + 60)
         board_cpu = cpu_seconds(board.pid)
         board_wall = time.monotonic() - t_board
@@ -489,6 +436,59 @@ def lw_run(
         if wire is not None:
             wire.close()
         board.close()
+    row = lw_result(res, console, size, loss, hz, ring)
+    row["board_cpu_pct"] = 100 * board_cpu / board_wall if board_cpu is not None else None
+    row |= {"rtt_ms": res["rtt_ms"], "bridge_gap_ms": res["bridge_gap_ms"], "rto": res.get("rto"),
+            "code": "before" if code else "now"}  # fmt: skip
+    return row | counters
+
+
+def lw_host(
+    link: list[str], store: Path, events: int, seconds: float, timeout: float, frames: int, pipeline: bool,
+    code: str | None, rto_min: float, max_bytes: int | None = None,
+) -> Proc:  # fmt: skip
+    """bench/peer_mqtt/lw_host.py polling the board on `link` (--board ADDR, or --serial PORT --baud B),
+    with the bridge code of `code` (--before) when given; no --rto-min then (before rtt.py: none)."""
+    return Proc(
+        [sys.executable, str(HERE / "lw_host.py"), *link, "--store", str(store), "--events", str(events),
+         "--seconds", str(seconds), "--timeout", str(timeout), "--frames", str(frames),
+         *(["--max-bytes", str(max_bytes)] if max_bytes else []), "--pipeline", str(int(pipeline)),
+         *(["--rto-min", str(rto_min)] if code is None else [])],
+        env={**os.environ, "PYTHONPATH": code} if code else None,
+    )  # fmt: skip
+
+
+def lw_board(run: Path, size: int, hz: int, ring: int, tick: int) -> tuple[Any, int]:
+    """The board of a leadwire run, with the largest ring (<= `ring` slots of `size` B) that fits."""
+    from leadwire.tools.board import start_board
+
+    cfg = {
+        "ring": ring,
+        "slot": size,
+        "tick": tick,
+        "health": {"ms": 1000},
+        "sensors": [{"ch": 1, "hz": hz, "size": size}],
+        "udp": {"frame": 1472},
+    }
+    while True:
+        board = start_board("udp", config=cfg, board_dir=run / "board")
+        if "ring %dx%d," % (ring, size) in board.console():
+            return board, ring
+        # the boot fell back to 256 x 16 (the free heap at boot varies by a few hundred bytes
+        # from run to run): a smaller ring, said on stderr and in the results (ring)
+        text = board.console()
+        board.close()
+        if ring <= 16:
+            raise RuntimeError("the board made no %d B ring (64 KB heap):\n%s" % (size, text))
+        ring -= max(1, ring // 32)
+        cfg["ring"] = ring
+        log("  leadwire: ring did not fit at boot; trying %d x %d B" % (ring, size))
+
+
+def lw_result(
+    res: dict[str, Any], console: str, size: int, loss: float, hz: int, ring: int
+) -> dict[str, Any]:
+    """A leadwire run's row from lw_host's summary `res` and the board's console (its heap at boot)."""
     st = res["store"]
     ready = [ln for ln in console.splitlines() if "leadwire: ready" in ln]
     used = free = None
@@ -525,12 +525,6 @@ def lw_run(
         "writer_cpu_s": res.get("writer_cpu_s"),
         "committed_in_window": res.get("committed_in_window"),
         "lw_seconds": res["wall_s"],
-        "board_cpu_pct": 100 * board_cpu / board_wall if board_cpu is not None else None,
-        "rtt_ms": res["rtt_ms"],
-        "bridge_gap_ms": res["bridge_gap_ms"],
-        "rto": res.get("rto"),
-        "code": "before" if code else "now",
-        **counters,
     }
 
 
@@ -550,7 +544,7 @@ def before_tree(ref: str, dest: Path) -> str:
     return str(dest)
 
 
-def lw_ladders(res: dict[str, Any], args: argparse.Namespace, tmp: Path, codes: list[str | None],
+def lw_ladders(res: dict[str, Any], args: SimpleNamespace, tmp: Path, codes: list[str | None],
                note: Any) -> None:  # fmt: skip
     """leadwire's ladder of offered rates per size, lossless then at each loss of --losses; with
     several codes (--before) each point runs with each code back to back (the load on a shared
@@ -687,17 +681,32 @@ def report(res: dict[str, Any]) -> str:
 
 def clean_section(res: dict[str, Any], size: int) -> list[str]:
     """The report on `size`-byte events without impairment: the table, leadwire's ladder, the goals."""
-    lines: list[str] = []
     runs = [r for r in res["clean"] if r["size"] == size]
     mq = [r for r in runs if r["system"] != "leadwire"]
     lws = [r for r in runs if r["system"] == "leadwire"]
     lw = max(lws, key=lambda r: r["rate"] if not math.isnan(r["rate"]) else -1)
-    lossless = [r for r in lws if r["known_lost"] == 0 and r["silent_lost"] == 0]
     best0 = max((r for r in mq if "QoS 0" in r["system"]), key=lambda r: r["rate"])
     best1 = max((r for r in mq if "QoS 1" in r["system"]), key=lambda r: r["rate"])
-    lines.append("### %d-byte events, no impairment\n" % size)
-    head = ["metric", "leadwire", *[r["system"] for r in mq], "lw / best QoS 0", "lw / best QoS 1"]
-    rows = [head]
+    # health records can be overwritten in the ring at high offered rates: use the lowest seen
+    lows = [r["heap_low_free"] for r in lws if r["heap_low_free"] is not None]
+    lw_low = {**lw, "heap_low_free": min(lows) if lows else None}
+    return [
+        "### %d-byte events, no impairment\n" % size,
+        clean_table(lw_low, mq, best0, best1),
+        ladder_line(lws, lw, size),
+        mqtt_line(mq, best0, best1),
+        where_time_line(lws),
+        *goal_lines(lw, mq, best0, best1),
+        "",
+    ]
+
+
+Run = dict[str, Any]
+
+
+def clean_table(lw: Run, mq: list[Run], best0: Run, best1: Run) -> str:
+    """leadwire's best run beside every MQTT run, metric by metric, and its ratios to the best QoS 0 / 1."""
+    rows = [["metric", "leadwire", *[r["system"] for r in mq], "lw / best QoS 0", "lw / best QoS 1"]]
     metrics: list[tuple[str, Any, int]] = [
         ("acknowledged events/s", lambda r: r["rate"], 0),
         ("events delivered", lambda r: r.get("events", r["received"]), 0),
@@ -708,14 +717,16 @@ def clean_section(res: dict[str, Any], size: int) -> list[str]:
         ("board heap free low-water, B", lambda r: r["heap_low_free"], 0),
         ("board bytes allocated / event", lambda r: r["alloc_per_event"], 1),
     ]
-    # health records can be overwritten in the ring at high offered rates: use the lowest seen
-    lows = [r["heap_low_free"] for r in lws if r["heap_low_free"] is not None]
-    lw = {**lw, "heap_low_free": min(lows) if lows else None}
     for name, f, digits in metrics:
         vals = [fmt(f(r), digits) for r in [lw, *mq]]
         rows.append([name, *vals, ratio(f(lw), f(best0)), ratio(f(lw), f(best1))])
-    lines.append(table(rows))
-    lines.append(
+    return table(rows)
+
+
+def ladder_line(lws: list[dict[str, Any]], lw: dict[str, Any], size: int) -> str:
+    """leadwire's ladder: offered and committed rates, counted losses, the highest loss-free rate."""
+    lossless = [r for r in lws if r["known_lost"] == 0 and r["silent_lost"] == 0]
+    return (
         "\nleadwire: offered rates %s events/s -> committed %s/s; counted losses %s; best shown "
         "(offered %s/s, ring %d x %d B). Highest offered rate with no loss at all: %s."
         % (
@@ -728,22 +739,25 @@ def clean_section(res: dict[str, Any], size: int) -> list[str]:
             fmt(max(r["offered_hz"] for r in lossless)) if lossless else "none",
         )
     )
-    lines.append(
-        "Best MQTT: QoS 0 = %s, QoS 1 = %s. MQTT QoS 1 as shipped ran %s events in %.1f s%s.\n"
-        % (
-            best0["system"],
-            best1["system"],
-            *next(
-                (
-                    (fmt(r["generated"]), r["pub_ms"] / 1000, " (time cap)" if r["timed_out"] else "")
-                    for r in mq
-                    if r["system"] == "MQTT QoS 1"
-                ),
-                ("-", 0.0, ""),
-            ),
-        )
+
+
+def mqtt_line(mq: list[Run], best0: Run, best1: Run) -> str:
+    """The best MQTT runs, and how long QoS 1 as shipped took."""
+    shipped = next(
+        ((fmt(r["generated"]), r["pub_ms"] / 1000, " (time cap)" if r["timed_out"] else "")
+         for r in mq if r["system"] == "MQTT QoS 1"),
+        ("-", 0.0, ""),
+    )  # fmt: skip
+    return "Best MQTT: QoS 0 = %s, QoS 1 = %s. MQTT QoS 1 as shipped ran %s events in %.1f s%s.\n" % (
+        best0["system"],
+        best1["system"],
+        *shipped,
     )
-    lines.append(
+
+
+def where_time_line(lws: list[dict[str, Any]]) -> str:
+    """Per offered rate: events per round trip, the board's answer times, CPU, pipelining."""
+    return (
         "Where the time goes (leadwire, per offered rate): "
         + "; ".join(
             "%s/s: %.1f events per round trip, board answer p50 %.2f / p90 %.2f / mean %.2f ms, "
@@ -766,6 +780,10 @@ def clean_section(res: dict[str, Any], size: int) -> list[str]:
         )
         + "."
     )
+
+
+def goal_lines(lw: Run, mq: list[Run], best0: Run, best1: Run) -> list[str]:
+    """Issue 8's goals, met or not, and what CPU one committed event costs."""
     goals = [
         ("acknowledged events/s >= 10x MQTT QoS 1 (best)", lw["rate"] >= 10 * best1["rate"]),
         ("acknowledged events/s >= 2.5x MQTT QoS 0 (best)", lw["rate"] >= 2.5 * best0["rate"]),
@@ -774,8 +792,7 @@ def clean_section(res: dict[str, Any], size: int) -> list[str]:
             all(per_event(lw, "bytes") < per_event(r, "bytes") for r in mq),
         ),
     ]
-    for name, ok in goals:
-        lines.append("- goal %s: %s" % (name, "MET" if ok else "NOT MET"))
+    lines = ["- goal %s: %s" % (name, "MET" if ok else "NOT MET") for name, ok in goals]
     cost = cpu_per_event(lw)
     if cost is not None:
         us, parts = cost
@@ -787,7 +804,6 @@ def clean_section(res: dict[str, Any], size: int) -> list[str]:
             " else running); 10x MQTT QoS 1 needs %s/s, 2.5x MQTT QoS 0 needs %s/s"
             % (*parts, us, cores, fmt(cores * 1e6 / us), need1, need0)
         )
-    lines.append("")
     return lines
 
 
@@ -849,24 +865,15 @@ def impaired_section(res: dict[str, Any]) -> list[str]:
 # -- main --------------------------------------------------------------------------------------
 
 
-def inside(args: argparse.Namespace) -> int:
+def inside(args: SimpleNamespace) -> int:
     if [name for _, name in socket.if_nameindex()] != ["lo"]:
         raise SystemExit(
             "peer_mqtt_bench --inside: not in a private network namespace; run it without --inside"
         )
     sh("ip", "link", "set", "lo", "up")
     sh("ip", "link", "set", "lo", "mtu", "1500")  # like Ethernet / WiFi: MQTT segments <= 1460 B
-    simple = OUT / "umqtt" / "simple.py"
     res: dict[str, Any] = {
-        "machine": "%s, %d cores, Python %s, MicroPython unix port (heap %s), mosquitto %s, umqtt.simple %s"
-        % (
-            platform.platform(terse=True),
-            os.cpu_count() or 0,
-            platform.python_version(),
-            HEAP,
-            sh("sh", "-c", "mosquitto -h | head -1").split()[-1],
-            (OUT / "umqtt" / "VERSION").read_text().strip(),
-        ),
+        "machine": machine(),
         "sizes": args.sizes,
         "loss": args.loss,
         "clean": [],
@@ -879,50 +886,76 @@ def inside(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="peer-mqtt-") as td:
         tmp = Path(td)
         pubdir = tmp / "pub"
-        build_publisher(simple, pubdir)
-
-        def note(r: dict[str, Any]) -> None:
-            log(
-                "  %-22s %4d B loss %g: %s events/s, got %s of %s, known lost %s, silent %s, %.1f wire B/ev%s"
-                % (
-                    r["system"] + (" @%d" % r["offered_hz"] if "offered_hz" in r else "")
-                    + (" (%s)" % r["code"] if "code" in r else ""),
-                    r["size"],
-                    r["loss"],
-                    fmt(r["rate"]),
-                    fmt(r["received"]),
-                    fmt(r["generated"]),
-                    fmt(r["known_lost"]),
-                    fmt(r["silent_lost"]),
-                    per_event(r, "bytes"),
-                    " (time cap)" if r.get("timed_out") else "",
-                )
-            )
-
+        build_publisher(OUT / "umqtt" / "simple.py", pubdir)
         codes = [before_tree(args.before, tmp / "before"), None] if args.before else [None]
         lw_ladders(res, args, tmp, codes, note)
         res["clean"] += [r for r in res["ladders"] if r["code"] == "now" and r["loss"] == 0]
-        for size in [] if args.only_lw else args.sizes:
-            for qos, nodelay, cap in (
-                (0, False, args.seconds),
-                (0, True, args.seconds),
-                (1, True, args.seconds),
-                (1, False, args.nagle_seconds),
-            ):
-                r = mqtt_run(tmp, pubdir, size, qos, nodelay, args.events, cap, 0.0)
-                note(r)
-                res["clean"].append(r)
-        if args.loss > 0 and not args.only_lw:
-            for size in args.sizes:
-                for qos, nodelay in ((0, False), (1, True)):
-                    r = mqtt_run(tmp, pubdir, size, qos, nodelay, args.events, args.seconds, args.loss)
-                    note(r)
-                    res["impaired"].append(r)
-                lws = [r for r in res["ladders"] if r["code"] == "now" and r["size"] == size]
-                at = [r for r in lws if r["loss"] == args.loss]
-                if at:  # the lossy run at the offered rate that was best without loss
-                    hz = best([r for r in lws if r["loss"] == 0])["offered_hz"]  # type: ignore[index]
-                    res["impaired"].append(next(r for r in at if r["offered_hz"] == hz))
+        if not args.only_lw:
+            mqtt_runs(res, args, tmp, pubdir)
+    write_results(res, args)
+    return 0
+
+
+def machine() -> str:
+    return "%s, %d cores, Python %s, MicroPython unix port (heap %s), mosquitto %s, umqtt.simple %s" % (
+        platform.platform(terse=True),
+        os.cpu_count() or 0,
+        platform.python_version(),
+        HEAP,
+        sh("sh", "-c", "mosquitto -h | head -1").split()[-1],
+        (OUT / "umqtt" / "VERSION").read_text().strip(),
+    )
+
+
+def note(r: dict[str, Any]) -> None:
+    """One run, one line on stderr."""
+    log(
+        "  %-22s %4d B loss %g: %s events/s, got %s of %s, known lost %s, silent %s, %.1f wire B/ev%s"
+        % (
+            r["system"] + (" @%d" % r["offered_hz"] if "offered_hz" in r else "")
+            + (" (%s)" % r["code"] if "code" in r else ""),
+            r["size"],
+            r["loss"],
+            fmt(r["rate"]),
+            fmt(r["received"]),
+            fmt(r["generated"]),
+            fmt(r["known_lost"]),
+            fmt(r["silent_lost"]),
+            per_event(r, "bytes"),
+            " (time cap)" if r.get("timed_out") else "",
+        )
+    )
+
+
+def mqtt_runs(res: dict[str, Any], args: SimpleNamespace, tmp: Path, pubdir: Path) -> None:
+    """The MQTT runs: four per size without loss; QoS 0 and QoS 1 nodelay per size at --loss, each
+    beside leadwire's lossy run at the offered rate that was its best without loss."""
+    for size in args.sizes:
+        for qos, nodelay, cap in (
+            (0, False, args.seconds),
+            (0, True, args.seconds),
+            (1, True, args.seconds),
+            (1, False, args.nagle_seconds),
+        ):
+            r = mqtt_run(tmp, pubdir, size, qos, nodelay, args.events, cap, 0.0)
+            note(r)
+            res["clean"].append(r)
+    if args.loss <= 0:
+        return
+    for size in args.sizes:
+        for qos, nodelay in ((0, False), (1, True)):
+            r = mqtt_run(tmp, pubdir, size, qos, nodelay, args.events, args.seconds, args.loss)
+            note(r)
+            res["impaired"].append(r)
+        lws = [r for r in res["ladders"] if r["code"] == "now" and r["size"] == size]
+        at = [r for r in lws if r["loss"] == args.loss]
+        if at:  # the lossy run at the offered rate that was best without loss
+            hz = best([r for r in lws if r["loss"] == 0])["offered_hz"]  # type: ignore[index]
+            res["impaired"].append(next(r for r in at if r["offered_hz"] == hz))
+
+
+def write_results(res: dict[str, Any], args: SimpleNamespace) -> None:
+    """The report on stdout; results.json and results.md in --out."""
     text = "" if args.only_lw else report(res) + "\n\n"
     text += "### Lossy links (leadwire)\n\n" + loss_report(res)
     print("\nleadwire vs MQTT -- %s\n" % res["machine"])
@@ -932,43 +965,10 @@ def inside(args: argparse.Namespace) -> int:
     (out / "results.json").write_text(json.dumps(res, indent=1, default=str))
     (out / "results.md").write_text(text + "\n")
     log("peer_mqtt_bench: results in %s" % (out / "results.json"))
-    return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="20,000 events, short caps, 64 B, 5%% loss")
-    ap.add_argument("--events", type=int, default=200_000, help="N events per run (default 200,000)")
-    ap.add_argument("--sizes", default="64,256", help="event sizes, bytes")
-    ap.add_argument("--seconds", type=float, default=30.0, help="time cap of an MQTT run")
-    ap.add_argument("--nagle-seconds", type=float, default=10.0, help="time cap of MQTT QoS 1 as shipped")
-    ap.add_argument("--lw-seconds", type=float, default=8.0, help="time cap of a leadwire run")
-    ap.add_argument(
-        "--lw-rates",
-        default="64:20000/60000/150000/300000,256:10000/40000/100000/200000",
-        help="leadwire offered events/s per size (the ladder)",
-    )
-    ap.add_argument(
-        "--ring", default="64:264,256:66", help="leadwire ring capacity per size (the most a 64 KB heap fits)"
-    )
-    ap.add_argument(
-        "--frames", type=int, default=16, help="leadwire answer frames per POLL (a burst; 1 = one frame)"
-    )
-    ap.add_argument(
-        "--no-pipeline", action="store_true", help="leadwire without pipelined POLLs (polling.pipeline)"
-    )
-    ap.add_argument("--tick", type=int, default=0, help="leadwire board tick, ms (0: busy, as the MQTT loop)")
-    ap.add_argument(
-        "--timeout", type=float, default=0.02, help="bridge poll timeout, s (loopback RTT < 1 ms)"
-    )
-    ap.add_argument("--loss", type=float, default=0.05, help="packet loss each way in the impaired MQTT runs")
-    ap.add_argument("--rto-min", type=float, default=0.002, help="bridge polling.rto_min (loopback: 2 ms)")
-    ap.add_argument("--losses", default="0.01,0.05", help="leadwire ladders at these losses each way, too")
-    ap.add_argument("--before", default="", help="git ref: also run the leadwire ladders with that code")
-    ap.add_argument("--only-lw", action="store_true", help="leadwire ladders only (no MQTT runs)")
-    ap.add_argument("--out", default=str(OUT), help="where results.json and results.md go")
-    ap.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+def parse_lists(args: SimpleNamespace) -> SimpleNamespace:
+    """The comma lists of the options as lists and maps; --quick's shorter counts and caps."""
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.losses = [float(x) for x in args.losses.split(",") if x]
     args.lw_rates = {
@@ -984,19 +984,46 @@ def main() -> int:
         args.sizes = [64]
     if args.quick and args.losses == [0.01, 0.05]:
         args.losses = [args.loss]  # one lossy ladder: the smoke test's run stays short
+    return args
+
+
+@click.command(help=__doc__.split("\n")[0])
+@click.option("--quick", is_flag=True, help="20,000 events, short caps, 64 B, 5% loss")
+@click.option("--events", type=int, default=200_000, help="N events per run (default 200,000)")
+@click.option("--sizes", default="64,256", help="event sizes, bytes")
+@click.option("--seconds", type=float, default=30.0, help="time cap of an MQTT run")
+@click.option("--nagle-seconds", type=float, default=10.0, help="time cap of MQTT QoS 1 as shipped")
+@click.option("--lw-seconds", type=float, default=8.0, help="time cap of a leadwire run")
+@click.option("--lw-rates", default="64:20000/60000/150000/300000,256:10000/40000/100000/200000",
+              help="leadwire offered events/s per size (the ladder)")
+@click.option("--ring", default="64:264,256:66",
+              help="leadwire ring capacity per size (the most a 64 KB heap fits)")
+@click.option("--frames", type=int, default=16,
+              help="leadwire answer frames per POLL (a burst; 1 = one frame)")
+@click.option("--no-pipeline", is_flag=True, help="leadwire without pipelined POLLs (polling.pipeline)")
+@click.option("--tick", type=int, default=0, help="leadwire board tick, ms (0: busy, as the MQTT loop)")
+@click.option("--timeout", type=float, default=0.02, help="bridge poll timeout, s (loopback RTT < 1 ms)")
+@click.option("--loss", type=float, default=0.05, help="packet loss each way in the impaired MQTT runs")
+@click.option("--rto-min", type=float, default=0.002, help="bridge polling.rto_min (loopback: 2 ms)")
+@click.option("--losses", default="0.01,0.05", help="leadwire ladders at these losses each way, too")
+@click.option("--before", default="", help="git ref: also run the leadwire ladders with that code")
+@click.option("--only-lw", is_flag=True, help="leadwire ladders only (no MQTT runs)")
+@click.option("--out", default=str(OUT), help="where results.json and results.md go")
+@click.option("--inside", is_flag=True, hidden=True)
+def main(**kw: Any) -> None:
+    args = parse_lists(SimpleNamespace(**kw))
     if args.inside:
-        return inside(args)
-    ensure_debian("mosquitto", "mosquitto")
-    if not shutil.which("nft") and not Path("/usr/sbin/nft").exists():
-        ensure_debian("nft", "nftables")
+        sys.exit(inside(args))
+    testbed.need_command("mosquitto", "mosquitto")
+    testbed.need_command("nft", "nftables")
     why = netns_usable()
     if why is not None:
         # the counters and the drops must touch only this benchmark's traffic: no namespace, no run
-        raise SystemExit("peer_mqtt_bench: needs a private network namespace with nftables: %s" % why)
+        testbed.cannot_run("needs a private network namespace with nftables: %s" % why)
     fetch_umqtt()
     argv = [sys.executable, str(Path(__file__).resolve()), "--inside", *sys.argv[1:]]
-    return subprocess.run(["unshare", "-n", *argv]).returncode
+    sys.exit(subprocess.run(["unshare", "-n", *argv]).returncode)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

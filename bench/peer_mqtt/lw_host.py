@@ -11,13 +11,14 @@ late arrivals) next to the ground truth (the ring offsets, and the sample number
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
-import sys
 import time
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 from leadwire import messages
 from leadwire.bridge import logs
@@ -30,8 +31,9 @@ CH = 1  # the event channel of the workload
 HEALTH = 8  # the board's health channel (heap free and low-water)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    doc = {
+def bridge_doc(args: SimpleNamespace) -> dict[str, Any]:
+    """The bridge's config: one board, polled as fast as it answers, commits every 50 ms."""
+    return {
         "bridge": {"id": "bench", "metrics": ""},
         "store": {"path": args.store, "commit_interval": 0.05},
         "polling": {
@@ -49,21 +51,26 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         # the board: start_board(key=None); over UDP, or a serial port (netem_bench)
         "device": [{"id": "board-1", "auth": False,
                     **({"serial": args.serial, "baud": args.baud} if args.serial else {"udp": args.board})}],
-    }
-    b = Bridge(parse(doc), logs.setup("error"))
+    }  # fmt: skip
+
+
+def time_commits(b: Bridge) -> list[tuple[float, int]]:
+    """(time, events committed) at each commit: the instance's flush, wrapped."""
     commits: list[tuple[float, int]] = []
     orig = b.flush
 
-    async def flush() -> int:  # wraps the instance's flush: when each transaction committed
+    async def flush() -> int:
         r = await orig()
         if r:
             commits.append((time.time(), b.events_committed))
         return r
 
     b.flush = flush  # type: ignore[method-assign]
-    await b.start()
-    # timing of each round trip, seen from the bridge: request sent -> answer received (the board's
-    # response time plus loopback), answer -> next request (the bridge's own time, incl. pacing)
+    return commits
+
+
+def time_round_trips(b: Bridge) -> list[tuple[bool, float]]:
+    """(is a request, when) of each datagram the bridge sends to / receives from the board."""
     r = next(iter(b.runners.values()))
     marks: list[tuple[bool, float]] = []
     send, on_datagram = r.link.send, r.on_datagram
@@ -78,6 +85,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     r.link.send = timed_send
     r.on_datagram = timed_rx  # type: ignore[method-assign]
+    return marks
+
+
+def split_marks(marks: list[tuple[bool, float]]) -> tuple[list[float], list[float]]:
+    """Round trips seen from the bridge: request sent -> answer received (the board's response time
+    plus loopback), and answer -> next request (the bridge's own time, incl. pacing)."""
+    rtt: list[float] = []
+    gap: list[float] = []
+    last_send = last_rx = None
+    for is_send, t in marks:
+        if is_send:
+            if last_rx is not None:
+                gap.append(t - last_rx)
+            last_send, last_rx = t, None
+        elif last_rx is None and last_send is not None:
+            rtt.append(t - last_send)
+            last_rx = t
+    return rtt, gap
+
+
+async def run(args: SimpleNamespace) -> dict[str, Any]:
+    b = Bridge(parse(bridge_doc(args)), logs.setup("error"))
+    commits = time_commits(b)
+    await b.start()
+    marks = time_round_trips(b)
     writer = getattr(getattr(b.store, "proc", None), "pid", None)  # the store writer process, if any
     wcpu0 = cpu_seconds(writer)
     committed0 = b.events_committed
@@ -92,17 +124,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     committed = b.events_committed - committed0
     await b.stop()
     c = next(iter(b.clients.values()))
-    rtt: list[float] = []
-    gap: list[float] = []
-    last_send = last_rx = None
-    for is_send, t in marks:
-        if is_send:
-            if last_rx is not None:
-                gap.append(t - last_rx)
-            last_send, last_rx = t, None
-        elif last_rx is None and last_send is not None:
-            rtt.append(t - last_send)
-            last_rx = t
+    rtt, gap = split_marks(marks)
     return {
         "commits": commits,
         "counters": dict(c.dc, pipelined=c.pc.pipelined, mispredicted=c.pc.mispredicted,
@@ -187,25 +209,24 @@ def _account(db: StoreReader) -> dict[str, Any]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--board", default="")
-    ap.add_argument("--serial", default="", help="poll the board on this serial port instead of --board")
-    ap.add_argument("--baud", type=int, default=115200)
-    ap.add_argument("--store", required=True)
-    ap.add_argument("--events", type=int, default=200_000)
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--timeout", type=float, default=0.25)
-    ap.add_argument("--max-bytes", type=int, default=1460)
-    ap.add_argument("--frames", type=int, default=16)
-    ap.add_argument("--pipeline", type=int, default=1, help="1: pipelined POLLs (polling.pipeline)")
-    ap.add_argument("--rto-min", type=float, default=-1.0, help="polling.rto_min (default: the bridge's)")
-    args = ap.parse_args()
+@click.command()
+@click.option("--board", default="")
+@click.option("--serial", default="", help="poll the board on this serial port instead of --board")
+@click.option("--baud", type=int, default=115200)
+@click.option("--store", required=True)
+@click.option("--events", type=int, default=200_000)
+@click.option("--seconds", type=float, default=10.0)
+@click.option("--timeout", type=float, default=0.25)
+@click.option("--max-bytes", type=int, default=1460)
+@click.option("--frames", type=int, default=16)
+@click.option("--pipeline", type=int, default=1, help="1: pipelined POLLs (polling.pipeline)")
+@click.option("--rto-min", type=float, default=-1.0, help="polling.rto_min (default: the bridge's)")
+def main(**kw: Any) -> None:
+    args = SimpleNamespace(**kw)
     res = asyncio.run(run(args))
     res["store"] = account(args.store)
     print(json.dumps(res), flush=True)
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -14,13 +14,13 @@ bench's ground truth, used here only to count what MQTT did not signal.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import threading
 import time
 from typing import Any
 
+import click
 import paho.mqtt.client as mqtt
 
 from leadwire.bridge.store_baseline import MqttEvents
@@ -100,19 +100,22 @@ class Receiver:
         }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--qos", type=int, default=0)
-    ap.add_argument("--store", required=True)
-    ap.add_argument("--commit-interval", type=float, default=0.05)
-    args = ap.parse_args()
-    r = Receiver(args.store, args.commit_interval)
+@click.command()
+@click.option("--port", type=int, required=True)
+@click.option("--qos", type=int, default=0)
+@click.option("--store", required=True)
+@click.option("--commit-interval", type=float, default=0.05)
+def main(port: int, qos: int, store: str, commit_interval: float) -> None:
+    sys.exit(receive(port, qos, store, commit_interval))
+
+
+def receive(port: int, qos: int, store: str, commit_interval: float) -> int:
+    r = Receiver(store, commit_interval)
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="host-sub", protocol=mqtt.MQTTv311)
     c.max_queued_messages_set(0)
 
     def on_connect(client: mqtt.Client, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
-        client.subscribe([(TOPIC, args.qos), (DROPPED, 0)])
+        client.subscribe([(TOPIC, qos), (DROPPED, 0)])
 
     def on_subscribe(client: mqtt.Client, userdata: Any, mid: int, rcs: Any, props: Any) -> None:
         r.subscribed.set()
@@ -120,7 +123,7 @@ def main() -> int:
     c.on_connect = on_connect
     c.on_subscribe = on_subscribe
     c.on_message = r.on_message
-    c.connect("127.0.0.1", args.port, keepalive=60)
+    c.connect("127.0.0.1", port, keepalive=60)
     c.loop_start()
     if not r.subscribed.wait(10):
         print(json.dumps({"error": "not subscribed within 10 s"}), flush=True)
@@ -140,4 +143,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
