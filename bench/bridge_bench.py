@@ -34,7 +34,6 @@ Phases (one run, one machine):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import json
@@ -46,7 +45,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 from leadwire import codec, messages, wire
 from leadwire.bridge import logs
@@ -288,36 +290,48 @@ async def live(
     await b.start()
     signed = all(c.auth is not None for c in b.clients.values())
     await asyncio.sleep(warmup)
-
-    def totals() -> tuple[int, int, int, int]:
-        cs = b.clients.values()
-        return (sum(c.dc["round_trips"] for c in cs), sum(c.dc["timeouts"] for c in cs),
-                sum(c.dc["polls"] for c in cs), sum(c.dc["overrun_lost"] for c in cs))  # fmt: skip
-
-    e0 = b.events_committed
-    rt0, to0, p0, lost0 = totals()
-    lat0 = len(b.latencies_us)
-    acks0 = [len(c.ack_s) for c in pushers.cores] if pushers is not None else []  # type: ignore[attr-defined]
     wpid = b.store.proc.pid if isinstance(b.store, StoreProcess) else None
-    cpu0 = time.process_time()
-    w0 = cpu_seconds(wpid) or 0.0
-    sim0 = fleet.cpu_seconds()
+    s0 = snapshot(b, fleet, pushers, wpid)
     t0 = time.perf_counter()
     await asyncio.sleep(seconds)
     dt = time.perf_counter() - t0
-    cpu = time.process_time() - cpu0
-    wcpu = (cpu_seconds(wpid) or 0.0) - w0
-    sim = fleet.cpu_seconds() - sim0
-    events = b.events_committed - e0
-    rt1, to1, p1, lost1 = totals()
-    lat = list(b.latencies_us[lat0:])
+    s1 = snapshot(b, fleet, pushers, wpid)
+    lat = list(b.latencies_us[s0["latencies"] :])
     ack_us: list[int] = []
     if pushers is not None:
-        for c, k in zip(pushers.cores, acks0, strict=True):
+        for c, k in zip(pushers.cores, s0["acks"], strict=True):
             ack_us.extend(int(v * 1e6) for v in c.ack_s[k:])  # type: ignore[attr-defined]
     await b.stop()
+    d = {k: s1[k] - s0[k] for k in ("cpu", "wcpu", "sim", "events", "rt", "to", "polls", "lost")}
+    return live_result(b, d, dt, warmup, writer, signed, lat, ack_us)
+
+
+def snapshot(b: Bridge, fleet: Fleet, pushers: SimFleet | None, wpid: int | None) -> dict[str, Any]:
+    """The counters a live run measures the difference of: CPU (this process, the store writer's,
+    the simulator's), events committed, round trips, timeouts, polls, overrun losses."""
+    cs = b.clients.values()
+    return {
+        "events": b.events_committed,
+        "rt": sum(c.dc["round_trips"] for c in cs),
+        "to": sum(c.dc["timeouts"] for c in cs),
+        "polls": sum(c.dc["polls"] for c in cs),
+        "lost": sum(c.dc["overrun_lost"] for c in cs),
+        "latencies": len(b.latencies_us),
+        "acks": [len(c.ack_s) for c in pushers.cores] if pushers is not None else [],  # type: ignore[attr-defined]
+        "cpu": time.process_time(),
+        "wcpu": cpu_seconds(wpid) or 0.0,
+        "sim": fleet.cpu_seconds(),
+    }
+
+
+def live_result(
+    b: Bridge, d: dict[str, Any], dt: float, warmup: float, writer: str, signed: bool, lat: list[int],
+    ack_us: list[int],
+) -> dict[str, Any]:  # fmt: skip
+    """A live run's figures from the differences `d` of its counters over `dt` seconds."""
     n = max(1, len(b.clients))
     cs = b.clients.values()
+    cpu, wcpu, events, rt = d["cpu"], d["wcpu"], d["events"], d["rt"]
     return {
         "devices": len(b.clients),
         "writer": writer,
@@ -327,11 +341,11 @@ async def live(
         "auth_replayed": sum(c.dc["auth_replayed"] for c in cs),
         "auth_unsigned": sum(c.dc["auth_unsigned"] for c in cs),
         "events_per_s": events / dt,
-        "polls_per_s": (p1 - p0) / dt,
-        "round_trips_per_s": (rt1 - rt0) / dt,
-        "polls_per_device_per_s": (rt1 - rt0) / dt / n,
-        "timeouts": to1 - to0,
-        "overrun_lost": lost1 - lost0,
+        "polls_per_s": d["polls"] / dt,
+        "round_trips_per_s": rt / dt,
+        "polls_per_device_per_s": rt / dt / n,
+        "timeouts": d["to"],
+        "overrun_lost": d["lost"],
         "latency_p50_ms": pct(lat, 0.50),
         "latency_p99_ms": pct(lat, 0.99),
         "bridge_cpu_percent": 100.0 * cpu / dt,  # the bridge process (with its store thread, if any)
@@ -340,8 +354,8 @@ async def live(
         "bridge_cpu_us_per_event": cpu / max(1, events) * 1e6,
         "total_cpu_us_per_event": (cpu + wcpu) / max(1, events) * 1e6,
         "events_per_total_cpu_s": events / max(1e-9, cpu + wcpu),
-        "round_trips_per_bridge_cpu_s": (rt1 - rt0) / max(1e-9, cpu),
-        "sim_cpu_percent": 100.0 * sim / dt,
+        "round_trips_per_bridge_cpu_s": rt / max(1e-9, cpu),
+        "sim_cpu_percent": 100.0 * d["sim"] / dt,
         "acks_per_s": len(ack_us) / dt,
         "ack_p50_ms": pct(ack_us, 0.50),
         "ack_p99_ms": pct(ack_us, 0.99),
@@ -530,7 +544,7 @@ def commit_cost(tmp: Path, commits: int = 200, rows: int = 500) -> dict[str, flo
     return {"%s_%s_ms" % (s, q): pct(v, x) for s, v in times.items() for q, x in qs}
 
 
-def durable_phase(args: argparse.Namespace) -> dict[str, Any]:
+def durable_phase(args: SimpleNamespace) -> dict[str, Any]:
     """Phase 6: synchronous = normal vs full side by side (interleaved per repetition), at each
     offered rate of --durable-rates (one below what the bridge commits, one above: saturated)."""
     polling = {"batch": 255, "max_bytes": 2047, "interval": 0.02, "interval_min": 0.002, "interval_max": 0.1,
@@ -592,115 +606,24 @@ def durable_phase(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--repeat", type=int, default=1, help="run every measured phase this many times: medians")
-    ap.add_argument("--only", default="sqlite,pipeline,ingest,fleet,authcost,adaptive,durable",
-                    help="phases to run")
-    ap.add_argument("--durable-devices", type=int, default=100, help="polled devices in the durable phase")
-    ap.add_argument("--durable-rates", default="100,1500",
-                    help="events/s per device in the durable phase, one run pair per rate")
-    ap.add_argument("--durable-pushers", type=int, default=20, help="push-session devices (3 channels each)")
-    ap.add_argument("--ingest-devices", type=int, default=100)
-    ap.add_argument("--ingest-rate", type=float, default=1500.0, help="events/s per device in the ingest run")
-    ap.add_argument("--fleet-devices", type=int, default=1000)
-    ap.add_argument("--fleet-rate", type=float, default=5.0, help="events/s per device in the 10 Hz run")
-    ap.add_argument("--fleet-commit", type=float, default=0.1, help="commit_interval of the 10 Hz run (s)")
-    ap.add_argument("--fleet-no-auth", action="store_true", help="the 10 Hz fleet with auth = false")
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--writers", default="thread,process",
-                    help="store writers side by side in the live phases ([store] writer)")  # fmt: skip
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
-    return ap.parse_args()
-
-
-def offline_phases(
-    tmp: Path, args: argparse.Namespace, only: set[str], rows: int, res: dict[str, Any]
-) -> None:
+def offline_phases(tmp: Path, args: SimpleNamespace, only: set[str], rows: int, res: dict[str, Any]) -> None:
     """SQLite alone and the bridge pipeline, offline: every variant once per repetition."""
-    runs: list[dict[str, Any]] = []
-    for _ in range(args.repeat):  # interleaved: each repetition measures every variant once
-        r: dict[str, Any] = {}
-        if "sqlite" in only:
-            r["sqlite_plain_rows_per_s"] = sqlite_plain(tmp, rows)
-            r["sqlite_schema1_events_per_s"] = sqlite_schema1(tmp, rows)
-            r["store_events_per_s"] = sqlite_store(tmp, rows)
-        if "pipeline" in only:
-            su: dict[str, float] = {}
-            ss: dict[str, float] = {}
-            r["pipeline_events_per_s"] = pipeline(tmp, rows, threaded=False, stats=su)
-            r["pipeline_threaded_events_per_s"] = pipeline(tmp, rows, threaded=True)
-            r["pipeline_signed_events_per_s"] = pipeline(tmp, rows, False, signed=True, stats=ss)
-            r["pipeline_threaded_signed_events_per_s"] = pipeline(tmp, rows, True, signed=True)
-            sp: dict[str, float] = {}
-            r["pipeline_process_events_per_s"] = pipeline(tmp, rows, True, process=True, stats=sp)
-            r["pipeline_process_signed_events_per_s"] = pipeline(
-                tmp, rows, True, signed=True, process=True
-            )
-            r["pipeline_process_cpu_us_per_event"] = sp["cpu_us_per_event"]
-            r["pipeline_process_writer_cpu_us_per_event"] = sp["writer_cpu_us_per_event"]
-            r["pipeline_cpu_us_per_event"] = su["cpu_us_per_event"]
-            r["pipeline_signed_cpu_us_per_event"] = ss["cpu_us_per_event"]
-        runs.append(r)
+    runs = [offline_run(tmp, only, rows) for _ in range(args.repeat)]  # each measures every variant
     res["offline_runs"] = runs
     print("offline, %d events of %d B, 10,000 per transaction (events/s):" % (rows, PAYLOAD))
     if "sqlite" in only:
-        print(
-            "  SQLite alone, plain events table (the yardstick):   ",
-            show(runs, "sqlite_plain_rows_per_s"),
-        )
-        print(
-            "  SQLite alone, schema 1 layout (events + arrivals):  ",
-            show(runs, "sqlite_schema1_events_per_s"),
-        )
-        print(
-            "  the bridge's store, schema 2, Store.write:          ", show(runs, "store_events_per_s")
-        )
-    if "pipeline" in only:
-        print(
-            "  bridge pipeline, one thread:                        ",
-            show(runs, "pipeline_events_per_s"),
-        )
-        print("  bridge pipeline, store on its own thread (daemon):  ",
-              show(runs, "pipeline_threaded_events_per_s"))  # fmt: skip
-        print("  bridge pipeline, store writer process (daemon):     ",
-              show(runs, "pipeline_process_events_per_s"))  # fmt: skip
-        res["pipeline_process_vs_thread"] = statistics.median(
-            [r["pipeline_process_events_per_s"] / r["pipeline_threaded_events_per_s"] for r in runs]
-        )
-        print("  ratio writer process / store thread (events/s):     %.2f"
-              % res["pipeline_process_vs_thread"])  # fmt: skip
-        print("  CPU us per event, writer process: bridge %s + writer %s"
-              % (show(runs, "pipeline_process_cpu_us_per_event", "%.1f"),
-                 show(runs, "pipeline_process_writer_cpu_us_per_event", "%.1f")))  # fmt: skip
-        print("  the same, signed (auth: every request signed, every answer's tag checked):")
-        print("  bridge pipeline, one thread, signed:                ",
-              show(runs, "pipeline_signed_events_per_s"))  # fmt: skip
-        print("  bridge pipeline, store on its own thread, signed:   ",
-              show(runs, "pipeline_threaded_signed_events_per_s"))  # fmt: skip
-        print("  bridge pipeline, store writer process, signed:      ",
-              show(runs, "pipeline_process_signed_events_per_s"))  # fmt: skip
-        for a, b in (
-            ("pipeline_signed_events_per_s", "pipeline_events_per_s"),
-            ("pipeline_threaded_signed_events_per_s", "pipeline_threaded_events_per_s"),
+        for label, key in (
+            ("SQLite alone, plain events table (the yardstick):   ", "sqlite_plain_rows_per_s"),
+            ("SQLite alone, schema 1 layout (events + arrivals):  ", "sqlite_schema1_events_per_s"),
+            ("the bridge's store, schema 2, Store.write:          ", "store_events_per_s"),
         ):
-            res[a.replace("events_per_s", "ratio")] = statistics.median([r[a] / r[b] for r in runs])
-        print("  ratio signed / unsigned (events/s): one thread %.3f, threaded %.3f"
-              % (res["pipeline_signed_ratio"], res["pipeline_threaded_signed_ratio"]))  # fmt: skip
-        res["pipeline_signed_cpu_ratio"] = statistics.median(
-            [r["pipeline_signed_cpu_us_per_event"] / r["pipeline_cpu_us_per_event"] for r in runs]
-        )
-        print("  CPU us per event, one thread: unsigned %s, signed %s; ratio signed / unsigned %.3f"
-              % (show(runs, "pipeline_cpu_us_per_event", "%.1f"),
-                 show(runs, "pipeline_signed_cpu_us_per_event", "%.1f"),
-                 res["pipeline_signed_cpu_ratio"]))  # fmt: skip
+            print(" ", label, show(runs, key))
+    if "pipeline" in only:
+        print_pipeline(runs, res)
     if "sqlite" in only and "pipeline" in only:
         ratios = [r["pipeline_threaded_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
         res["pipeline_vs_sqlite"] = statistics.median(ratios)
-        print(
-            "  ratio bridge pipeline (threaded) / SQLite plain:     %.2f" % res["pipeline_vs_sqlite"]
-        )
+        print("  ratio bridge pipeline (threaded) / SQLite plain:     %.2f" % res["pipeline_vs_sqlite"])
         ratios = [r["pipeline_process_events_per_s"] / r["sqlite_plain_rows_per_s"] for r in runs]
         res["pipeline_process_vs_sqlite"] = statistics.median(ratios)
         print("  ratio bridge pipeline (writer process) / SQLite:   %.2f"
@@ -708,47 +631,85 @@ def offline_phases(
     sys.stdout.flush()
 
 
-def ingest_phase(tmp: Path, args: argparse.Namespace, writers: list[str], res: dict[str, Any]) -> None:
+def offline_run(tmp: Path, only: set[str], rows: int) -> dict[str, Any]:
+    """One repetition of the offline phases: SQLite alone, then the pipeline's six variants."""
+    r: dict[str, Any] = {}
+    if "sqlite" in only:
+        r["sqlite_plain_rows_per_s"] = sqlite_plain(tmp, rows)
+        r["sqlite_schema1_events_per_s"] = sqlite_schema1(tmp, rows)
+        r["store_events_per_s"] = sqlite_store(tmp, rows)
+    if "pipeline" in only:
+        su: dict[str, float] = {}
+        ss: dict[str, float] = {}
+        r["pipeline_events_per_s"] = pipeline(tmp, rows, threaded=False, stats=su)
+        r["pipeline_threaded_events_per_s"] = pipeline(tmp, rows, threaded=True)
+        r["pipeline_signed_events_per_s"] = pipeline(tmp, rows, False, signed=True, stats=ss)
+        r["pipeline_threaded_signed_events_per_s"] = pipeline(tmp, rows, True, signed=True)
+        sp: dict[str, float] = {}
+        r["pipeline_process_events_per_s"] = pipeline(tmp, rows, True, process=True, stats=sp)
+        r["pipeline_process_signed_events_per_s"] = pipeline(tmp, rows, True, signed=True, process=True)
+        r["pipeline_process_cpu_us_per_event"] = sp["cpu_us_per_event"]
+        r["pipeline_process_writer_cpu_us_per_event"] = sp["writer_cpu_us_per_event"]
+        r["pipeline_cpu_us_per_event"] = su["cpu_us_per_event"]
+        r["pipeline_signed_cpu_us_per_event"] = ss["cpu_us_per_event"]
+    return r
+
+
+def print_pipeline(runs: list[dict[str, Any]], res: dict[str, Any]) -> None:
+    """The pipeline's figures: unsigned then signed, each writer; the ratios into res."""
+    print("  bridge pipeline, one thread:                        ", show(runs, "pipeline_events_per_s"))
+    print("  bridge pipeline, store on its own thread (daemon):  ",
+          show(runs, "pipeline_threaded_events_per_s"))  # fmt: skip
+    print("  bridge pipeline, store writer process (daemon):     ",
+          show(runs, "pipeline_process_events_per_s"))  # fmt: skip
+    res["pipeline_process_vs_thread"] = statistics.median(
+        [r["pipeline_process_events_per_s"] / r["pipeline_threaded_events_per_s"] for r in runs]
+    )
+    print("  ratio writer process / store thread (events/s):     %.2f"
+          % res["pipeline_process_vs_thread"])  # fmt: skip
+    print("  CPU us per event, writer process: bridge %s + writer %s"
+          % (show(runs, "pipeline_process_cpu_us_per_event", "%.1f"),
+             show(runs, "pipeline_process_writer_cpu_us_per_event", "%.1f")))  # fmt: skip
+    print("  the same, signed (auth: every request signed, every answer's tag checked):")
+    print("  bridge pipeline, one thread, signed:                ",
+          show(runs, "pipeline_signed_events_per_s"))  # fmt: skip
+    print("  bridge pipeline, store on its own thread, signed:   ",
+          show(runs, "pipeline_threaded_signed_events_per_s"))  # fmt: skip
+    print("  bridge pipeline, store writer process, signed:      ",
+          show(runs, "pipeline_process_signed_events_per_s"))  # fmt: skip
+    for a, b in (
+        ("pipeline_signed_events_per_s", "pipeline_events_per_s"),
+        ("pipeline_threaded_signed_events_per_s", "pipeline_threaded_events_per_s"),
+    ):
+        res[a.replace("events_per_s", "ratio")] = statistics.median([r[a] / r[b] for r in runs])
+    print("  ratio signed / unsigned (events/s): one thread %.3f, threaded %.3f"
+          % (res["pipeline_signed_ratio"], res["pipeline_threaded_signed_ratio"]))  # fmt: skip
+    res["pipeline_signed_cpu_ratio"] = statistics.median(
+        [r["pipeline_signed_cpu_us_per_event"] / r["pipeline_cpu_us_per_event"] for r in runs]
+    )
+    print("  CPU us per event, one thread: unsigned %s, signed %s; ratio signed / unsigned %.3f"
+          % (show(runs, "pipeline_cpu_us_per_event", "%.1f"),
+             show(runs, "pipeline_signed_cpu_us_per_event", "%.1f"),
+             res["pipeline_signed_cpu_ratio"]))  # fmt: skip
+
+
+Ingest = dict[tuple[str, bool], list[dict[str, Any]]]
+
+
+def ingest_phase(tmp: Path, args: SimpleNamespace, writers: list[str], res: dict[str, Any]) -> None:
     """Live ingest: a simulated fleet polled as fast as it fills, each writer signed and unsigned."""
-    ingest: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    ingest: Ingest = {}
     for _ in range(args.repeat):  # every variant once per repetition, interleaved
         for writer in writers:
             for signed in (False, True):
-                with Fleet(
-                    args.ingest_devices,
-                    args.ingest_rate,
-                    capacity=16384,
-                    payload=PAYLOAD,
-                    auth=signed,
-                ) as fleet:
-                    polling = {
-                        "batch": 255,
-                        "max_bytes": 2047,
-                        "interval": 0.02,
-                        "interval_min": 0.002,
-                        "interval_max": 0.1,
-                        "timeout": 0.5,
-                    }
-                    r = asyncio.run(
-                        live(tmp, "ingest", fleet, polling, 2.0, args.seconds, 0.05, writer)
-                    )
+                r = ingest_run(tmp, args, writer, signed)
                 ingest.setdefault((writer, signed), []).append(r)
-                print(
-                    "  ingest run (writer %s, %s): %.0f events/s, CPU bridge %.0f%% + writer %.0f%%,"
-                    " load %s"
-                    % (
-                        writer,
-                        "signed" if signed else "unsigned",
-                        r["events_per_s"],
-                        r["bridge_cpu_percent"],
-                        r["writer_cpu_percent"],
-                        loadavg(),
-                    ),
-                    flush=True,
-                )
-    res["ingest"] = {
-        "%s_%s" % (w, "signed" if s_ else "unsigned"): v for (w, s_), v in ingest.items()
-    }
+                how = "signed" if signed else "unsigned"
+                print("  ingest run (writer %s, %s): %.0f events/s, CPU bridge %.0f%% + writer %.0f%%,"
+                      " load %s"
+                      % (writer, how, r["events_per_s"], r["bridge_cpu_percent"], r["writer_cpu_percent"],
+                         loadavg()), flush=True)  # fmt: skip
+    res["ingest"] = {"%s_%s" % (w, "signed" if s_ else "unsigned"): v for (w, s_), v in ingest.items()}
     offered = args.ingest_devices * args.ingest_rate
     print(
         "live ingest: %d devices x %.0f ev/s of %d B offered (%.0f/s), committed:"
@@ -760,34 +721,42 @@ def ingest_phase(tmp: Path, args: argparse.Namespace, writers: list[str], res: d
             " %d; CPU bridge %s%% + writer %s%%, sim %s%%; per CPU-second (bridge + writer) %s"
             " events;"
             " auth rejects %d"
-            % (
-                writer,
-                "signed" if signed else "unsigned",
-                show(ing, "events_per_s"),
-                show(ing, "latency_p50_ms", "%.1f"),
-                show(ing, "latency_p99_ms", "%.1f"),
-                sum(r["overrun_lost"] for r in ing),
-                show(ing, "bridge_cpu_percent"),
-                show(ing, "writer_cpu_percent"),
-                show(ing, "sim_cpu_percent"),
-                show(ing, "events_per_total_cpu_s"),
-                sum(r["auth_rejects"] for r in ing),
-            ),
+            % (writer, "signed" if signed else "unsigned", show(ing, "events_per_s"),
+               show(ing, "latency_p50_ms", "%.1f"), show(ing, "latency_p99_ms", "%.1f"),
+               sum(r["overrun_lost"] for r in ing), show(ing, "bridge_cpu_percent"),
+               show(ing, "writer_cpu_percent"), show(ing, "sim_cpu_percent"),
+               show(ing, "events_per_total_cpu_s"), sum(r["auth_rejects"] for r in ing)),
             flush=True,
-        )
+        )  # fmt: skip
+    ingest_ratios(ingest, writers, res)
+
+
+def ingest_run(tmp: Path, args: SimpleNamespace, writer: str, signed: bool) -> dict[str, Any]:
+    """One live ingest run: a fresh simulated fleet, polled adaptively up to full answers."""
+    with Fleet(args.ingest_devices, args.ingest_rate, capacity=16384, payload=PAYLOAD, auth=signed) as fleet:
+        polling = {
+            "batch": 255,
+            "max_bytes": 2047,
+            "interval": 0.02,
+            "interval_min": 0.002,
+            "interval_max": 0.1,
+            "timeout": 0.5,
+        }
+        return asyncio.run(live(tmp, "ingest", fleet, polling, 2.0, args.seconds, 0.05, writer))
+
+
+def ingest_ratios(ingest: Ingest, writers: list[str], res: dict[str, Any]) -> None:
+    """Writer process / thread, signed / unsigned: medians of the paired runs."""
+
+    def median_ratio(a: list[dict[str, Any]], b: list[dict[str, Any]], key: str) -> float:
+        return statistics.median([x[key] / y[key] for x, y in zip(a, b, strict=True)])
+
     for signed in (False, True):
         if ("thread", signed) in ingest and ("process", signed) in ingest:
             a, b = ingest[("process", signed)], ingest[("thread", signed)]
             k = "ingest_process_vs_thread_%s" % ("signed" if signed else "unsigned")
-            res[k] = statistics.median(
-                [x["events_per_s"] / y["events_per_s"] for x, y in zip(a, b, strict=True)]
-            )
-            res[k + "_per_cpu"] = statistics.median(
-                [
-                    x["events_per_total_cpu_s"] / y["events_per_total_cpu_s"]
-                    for x, y in zip(a, b, strict=True)
-                ]
-            )
+            res[k] = median_ratio(a, b, "events_per_s")
+            res[k + "_per_cpu"] = median_ratio(a, b, "events_per_total_cpu_s")
             print(
                 "  ratio writer process / thread (%s): events/s %.2f, events per CPU-second %.2f"
                 % ("signed" if signed else "unsigned", res[k], res[k + "_per_cpu"])
@@ -797,22 +766,11 @@ def ingest_phase(tmp: Path, args: argparse.Namespace, writers: list[str], res: d
             a, b = ingest[(writer, True)], ingest[(writer, False)]
             print(
                 "  ratio signed / unsigned (writer %s): events/s %.2f, CPU per event %.2f"
-                % (
-                    writer,
-                    statistics.median(
-                        [x["events_per_s"] / y["events_per_s"] for x, y in zip(a, b, strict=True)]
-                    ),
-                    statistics.median(
-                        [
-                            x["total_cpu_us_per_event"] / y["total_cpu_us_per_event"]
-                            for x, y in zip(a, b, strict=True)
-                        ]
-                    ),
-                )
+                % (writer, median_ratio(a, b, "events_per_s"), median_ratio(a, b, "total_cpu_us_per_event"))
             )
 
 
-def fleet_phase(tmp: Path, args: argparse.Namespace, writers: list[str], res: dict[str, Any]) -> None:
+def fleet_phase(tmp: Path, args: SimpleNamespace, writers: list[str], res: dict[str, Any]) -> None:
     """The 10 Hz fleet: fixed 100 ms polling of many slow devices, per writer."""
     fleet_runs: dict[str, list[dict[str, Any]]] = {}
     for _ in range(args.repeat):
@@ -899,8 +857,31 @@ def adaptive_phase(res: dict[str, Any]) -> None:
         )
 
 
-def main() -> int:
-    args = parse_args()
+@click.command(help=__doc__.split("\n")[0])
+@click.option("--quick", is_flag=True)
+@click.option("--repeat", type=int, default=1, help="run every measured phase this many times: medians")
+@click.option("--only", default="sqlite,pipeline,ingest,fleet,authcost,adaptive,durable",
+              help="phases to run")
+@click.option("--durable-devices", type=int, default=100, help="polled devices in the durable phase")
+@click.option("--durable-rates", default="100,1500",
+              help="events/s per device in the durable phase, one run pair per rate")
+@click.option("--durable-pushers", type=int, default=20, help="push-session devices (3 channels each)")
+@click.option("--ingest-devices", type=int, default=100)
+@click.option("--ingest-rate", type=float, default=1500.0, help="events/s per device in the ingest run")
+@click.option("--fleet-devices", type=int, default=1000)
+@click.option("--fleet-rate", type=float, default=5.0, help="events/s per device in the 10 Hz run")
+@click.option("--fleet-commit", type=float, default=0.1, help="commit_interval of the 10 Hz run (s)")
+@click.option("--fleet-no-auth", is_flag=True, help="the 10 Hz fleet with auth = false")
+@click.option("--seconds", type=float, default=10.0)
+@click.option("--writers", default="thread,process",
+              help="store writers side by side in the live phases ([store] writer)")
+@click.option("--json", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="also write the results here")
+def main(**kw: Any) -> None:
+    sys.exit(bench(SimpleNamespace(**kw)))
+
+
+def bench(args: SimpleNamespace) -> int:
     only = set(args.only.split(","))
     rows = 300_000
     if args.quick:
@@ -938,4 +919,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
