@@ -23,7 +23,6 @@ decoded; the slowest single input is printed. Any finding stops the run with the
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import random
@@ -32,7 +31,10 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.fuzz: the mutators are shared with the tests
@@ -221,47 +223,31 @@ def fuzz_board(n: int, seed: int, transport: str = "udp") -> dict[str, Any]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a tenth of every count")
-    ap.add_argument("--frames", type=int, default=1_000_000)
-    ap.add_argument("--payloads", type=int, default=300_000)
-    ap.add_argument("--streams", type=int, default=10_000, help="streams of 20 frames each")
-    ap.add_argument("--huge", type=int, default=2_000)
-    ap.add_argument("--board", type=int, default=100_000, help="bad frames to the virtual board (0: skip)")
-    ap.add_argument("--serial", type=int, default=100_000, help="bad inputs over serial (0x00-ended units)")
-    ap.add_argument("--only-board", action="store_true", help="skip the host decoders")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", type=Path, help="also write the results here")
-    a = ap.parse_args()
+@click.command(help=__doc__.split("\n")[0])
+@click.option("--quick", is_flag=True, help="a tenth of every count")
+@click.option("--frames", type=int, default=1_000_000)
+@click.option("--payloads", type=int, default=300_000)
+@click.option("--streams", type=int, default=10_000, help="streams of 20 frames each")
+@click.option("--huge", type=int, default=2_000)
+@click.option("--board", type=int, default=100_000, help="bad frames to the virtual board (0: skip)")
+@click.option("--serial", type=int, default=100_000, help="bad inputs over serial (0x00-ended units)")
+@click.option("--only-board", is_flag=True, help="skip the host decoders")
+@click.option("--seed", type=int, default=1)
+@click.option("--json", type=click.Path(dir_okay=False, path_type=Path), help="also write the results here")
+def main(**kw: Any) -> None:
+    sys.exit(bench(SimpleNamespace(**kw)))
+
+
+def bench(a: SimpleNamespace) -> int:
     k = 10 if a.quick else 1
     g = Guard()
     res: dict[str, Any] = {"python": platform.python_version(), "seed": a.seed}
-    try:
-        for name, fn, n in (
-            ()
-            if a.only_board
-            else (
-                ("frames", fuzz_frames, a.frames // k),
-                ("payloads", fuzz_payloads, a.payloads // k),
-                ("streams", fuzz_streams, a.streams // k),
-                ("huge", fuzz_huge, a.huge // k),
-            )
-        ):
-            print("fuzz %s: %d ..." % (name, n), file=sys.stderr, flush=True)
-            res[name] = fn(n, a.seed, g)
-            print(json.dumps({name: res[name]}), flush=True)
-    except (Finding, Hang) as e:
-        print("FINDING: %s" % e, flush=True)
-        return 1
     if not a.only_board:
-        res["host_inputs_total"] = sum(
-            (res["frames"]["inputs"], res["payloads"]["inputs"], res["streams"]["frames_in_streams"],
-             res["huge"]["inputs"])
-        )  # fmt: skip
-        res["slowest_input_ms"] = round(g.worst * 1000, 2)
-        res["raw_rates"] = decode_rate(200_000 // k, a.seed)
-        print(json.dumps({key: res[key] for key in ("host_inputs_total", "slowest_input_ms", "raw_rates")}))
+        try:
+            host_decoders(a, k, g, res)
+        except (Finding, Hang) as e:
+            print("FINDING: %s" % e, flush=True)
+            return 1
     ok = True
     for name, transport, count in (("board", "udp", a.board), ("board_serial", "serial", a.serial)):
         if not count:
@@ -278,5 +264,25 @@ def main() -> int:
     return 0 if ok else 1
 
 
+def host_decoders(a: SimpleNamespace, k: int, g: Guard, res: dict[str, Any]) -> None:
+    """The four host targets (a k-th of each count), their total, the slowest input, raw rates."""
+    for name, fn, n in (
+        ("frames", fuzz_frames, a.frames // k),
+        ("payloads", fuzz_payloads, a.payloads // k),
+        ("streams", fuzz_streams, a.streams // k),
+        ("huge", fuzz_huge, a.huge // k),
+    ):
+        print("fuzz %s: %d ..." % (name, n), file=sys.stderr, flush=True)
+        res[name] = fn(n, a.seed, g)
+        print(json.dumps({name: res[name]}), flush=True)
+    res["host_inputs_total"] = sum(
+        (res["frames"]["inputs"], res["payloads"]["inputs"], res["streams"]["frames_in_streams"],
+         res["huge"]["inputs"])
+    )  # fmt: skip
+    res["slowest_input_ms"] = round(g.worst * 1000, 2)
+    res["raw_rates"] = decode_rate(200_000 // k, a.seed)
+    print(json.dumps({key: res[key] for key in ("host_inputs_total", "slowest_input_ms", "raw_rates")}))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
