@@ -207,6 +207,10 @@ TUNING_CONF = {
     # switches to a sort-based aggregation that serialises every map. Per-device percentiles have
     # 2 groups per device in a task.
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "4096",
+    # The lead-domain passes join each (domain, bucket) to its carried prefix state (transforms:
+    # _carry_join). Both sides are hash-partitioned by device_id, a subset of the join keys; with
+    # Spark's default (true) the join would shuffle every arrival again by all its keys.
+    "spark.sql.requireAllClusterKeysForCoPartition": "false",
 }
 # Static SQL confs: only at session start (build_session; spark-submit --conf on a cluster).
 STATIC_CONF = {
@@ -518,8 +522,10 @@ def build_tables(
     cut = cut or (lambda df: df)
     dates = dates or DateRange()
     since, until = dates.since_us(), dates.until_us()
-    dev = keep(by_device(inputs.arrivals, window_seconds))
-    rows = T.transform_order(T.transform_leads(dev)).where(T.in_range(F.col("rx_us"), since, until))
+    # the first lead-domain pass (bounded buckets) keeps every arrival column: it is what the
+    # windows, the carried state and the latency all read, so it is the one persisted
+    dev = keep(T.transform_lead_buckets(by_device(inputs.arrivals, window_seconds)))
+    rows = T.transform_order(T.transform_lead_carry(dev)).where(T.in_range(F.col("rx_us"), since, until))
     values = T.transform_latency_values(dev.where(T.in_range(F.col("rx_us"), since, until)))
     started = F.unix_micros("started_ts")
     stage = cut(

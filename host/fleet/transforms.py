@@ -210,48 +210,147 @@ def _wrap_diff_sql(a: str, b: str) -> str:
     return "CASE WHEN %s >= %d THEN %s - %d ELSE %s END" % (m, HALF, m, U32, m)
 
 
-_DOMAIN = "PARTITION BY domain_hash, %s" % ", ".join(_bq(LEAD_KEY))
 _FROM_START = "ROWS BETWEEN UNBOUNDED PRECEDING AND %s"
+_DOMAIN_KEYS = ["domain_hash", *LEAD_KEY]
+# A lead domain (one device boot's event ring, one report channel of a push session) can hold a
+# large share of all rows (a device that never reboots). Spark's window operator buffers each of
+# its partitions whole, so neither window pass is partitioned by the domain alone: the first by
+# (domain, arrival bucket), the second by (domain, useq bucket), 2^BUCKET_BITS arrival counters or
+# seq values per bucket, and what a bucket needs from the rest of its domain (the prefix state) is
+# carried in from a small per-(domain, bucket) summary (a second, cheap window over the summaries
+# and a join back, sort-merge on the device partitioning: no exchange). 2^16 rows stay below the job's
+# in-memory window buffer (2^18 rows), so no bucket spills or needs managed memory.
+BUCKET_BITS = 16
 
 
-def transform_leads(df: DataFrame) -> DataFrame:
-    """Spec 000 lead recomputed from arrival order per lead domain, wrap-safe at 2^32.
+def _carry_join(rows: DataFrame, carry: DataFrame, keys: list[str]) -> DataFrame:
+    """rows joined with their bucket's carried state: a sort-merge join on the domain and bucket
+    keys (the hint keeps the planner from broadcasting: a job of its own per run). Both sides are
+    hash-partitioned by device_id, so with spark.sql.requireAllClusterKeysForCoPartition=false
+    (job.TUNING_CONF) the join needs no exchange, and the rows come sorted by the keys from their
+    window already."""
+    return rows.join(carry.hint("merge"), on=keys, how="inner")
+
+
+def transform_lead_buckets(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
+    """Step 1 of transform_leads: arrival order within (domain, arrival bucket): position, the seq
+    unwrapped from the bucket's first arrival (`_l`: running sum of wrap-safe differences, 0 for the
+    first row), and the largest `_l` before each row (`_lmax`). Keeps every ARRIVAL_COLS column
+    (the job persists this and reads the latency columns from it too)."""
+    df = df.selectExpr(
+        *_bq(ARRIVAL_COLS),
+        "xxhash64(%s) AS domain_hash" % ", ".join(_bq(LEAD_KEY)),
+        "shiftright(arrival, %d) AS _abucket" % bucket_bits,
+    )
+    spec = "PARTITION BY %s ORDER BY %s" % (
+        ", ".join(_bq([*_DOMAIN_KEYS, "_abucket"])),
+        ", ".join(ARRIVAL_ORDER),
+    )
+    step = "CASE WHEN _prev IS NULL THEN CAST(0 AS BIGINT) ELSE %s END" % _wrap_diff_sql("seq", "_prev")
+    # one select per Window operator: expressions sharing a select and a window spec share a pass
+    df = df.selectExpr("*", "row_number() OVER (%s) AS _pos" % spec, "lag(seq, 1) OVER (%s) AS _prev" % spec)
+    df = df.selectExpr("*", "sum(%s) OVER (%s %s) AS _l" % (step, spec, _FROM_START % "CURRENT ROW"))
+    return df.selectExpr("*", "max(_l) OVER (%s %s) AS _lmax" % (spec, _FROM_START % "1 PRECEDING"))
+
+
+def transform_lead_carry(df: DataFrame) -> DataFrame:
+    """Step 2 of transform_leads: every bucket's prefix state from the buckets before it in its
+    domain, from one summary row per (domain, arrival bucket): the useq of its first arrival
+    (`_start`: the previous bucket's last useq plus the wrap-safe step to this bucket's first
+    seq), the rows before it (`_pos0`) and the largest useq before it (`_max0`). Then pos, useq
+    and lead_calc of every row equal those of one window over the whole domain."""
+    keys = [*_DOMAIN_KEYS, "_abucket"]
+    summ = df.groupBy(*keys).agg(
+        F.expr("count(1) AS _n"),
+        F.expr("min_by(seq, _pos) AS _first"),
+        F.expr("max_by(seq, _pos) AS _last"),
+        F.expr("max_by(_l, _pos) AS _llast"),
+        F.expr("max(_l) AS _lmax_b"),
+    )
+    spec = "PARTITION BY %s ORDER BY _abucket" % ", ".join(_bq(_DOMAIN_KEYS))
+    before = "%s %s" % (spec, _FROM_START % "1 PRECEDING")
+    delta = "CASE WHEN _pl IS NULL THEN _first ELSE %s END" % _wrap_diff_sql("_first", "_pl")
+    summ = summ.selectExpr("*", "lag(_last, 1) OVER (%s) AS _pl" % spec)
+    summ = summ.selectExpr(
+        *_bq(keys),
+        "_lmax_b",
+        "sum(%s + _llast) OVER (%s %s) - _llast AS _start" % (delta, spec, _FROM_START % "CURRENT ROW"),
+        "coalesce(sum(_n) OVER (%s), CAST(0 AS BIGINT)) AS _pos0" % before,
+    )
+    carry = summ.selectExpr(
+        *_bq(keys), "_start", "_pos0", "max(_start + _lmax_b) OVER (%s) AS _max0" % before
+    )
+    out = _carry_join(df, carry, keys)
+    return out.selectExpr(
+        *_bq(DOMAIN_COLS),
+        "domain_hash",
+        "_pos0 + _pos AS pos",
+        "_start + _l AS useq",
+        # greatest() skips nulls: both null only for the first arrival of the domain
+        "coalesce(_start + _l - greatest(_max0, _start + _lmax), CAST(1 AS BIGINT)) AS lead_calc",
+    )
+
+
+def transform_leads(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
+    """Spec 000 lead recomputed from arrival order per lead domain, wrap-safe at 2^32: pos
+    (row_number), useq (first seq + running sum of wrap-safe differences) and lead_calc (useq -
+    max useq before; 1 for the first arrival), in bounded pieces (transform_lead_buckets, then
+    transform_lead_carry). The domain's hash goes first in every partitioning: exact (all key
+    columns follow), but the sorts compare a long prefix instead of strings.
 
     Run it on transform_by_device output: the windows then reuse that partitioning (no shuffle).
     """
-    # The domain's hash goes first in the partitioning: exact (all key columns follow), but the
-    # sort compares a long prefix instead of strings.
-    df = df.selectExpr(*_bq(DOMAIN_COLS), "xxhash64(%s) AS domain_hash" % ", ".join(_bq(LEAD_KEY)))
-    by_arrival = "%s ORDER BY %s" % (_DOMAIN, ", ".join(ARRIVAL_ORDER))
-    step = "CASE WHEN _prev IS NULL THEN seq ELSE %s END" % _wrap_diff_sql("seq", "_prev")
-    # one select per Window operator: expressions sharing a select and a window spec share a pass
-    df = df.selectExpr(
-        "*", "row_number() OVER (%s) AS pos" % by_arrival, "lag(seq, 1) OVER (%s) AS _prev" % by_arrival
-    )
-    df = df.selectExpr("*", "sum(%s) OVER (%s %s) AS useq" % (step, by_arrival, _FROM_START % "CURRENT ROW"))
-    last_max = "max(useq) OVER (%s %s)" % (by_arrival, _FROM_START % "1 PRECEDING")
-    return df.selectExpr(
-        *_bq(LEAD_COLS[:-1]), "coalesce(useq - %s, CAST(1 AS BIGINT)) AS lead_calc" % last_max
-    )
+    return transform_lead_carry(transform_lead_buckets(df, bucket_bits))
 
 
-def transform_order(df: DataFrame) -> DataFrame:
+def transform_order(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
     """Duplicates, late arrivals, reorder depth, lateness and gaps never filled, per lead domain.
 
-    One more sort of the same partitions, by useq descending then arrival: the row before a
+    One more sort, by useq descending then arrival, within (domain, useq bucket): the row before a
     first arrival is the next higher seq ever received (gap) or an earlier copy (duplicate), and
-    the nearest earlier row with lead > 0 is the arrival that first overtook it.
+    the nearest earlier row with lead > 0 is the arrival that first overtook it. For the first
+    row of a bucket and rows with no overtaking arrival in their bucket, both come from the
+    buckets above (carried: the lowest useq of the next bucket up, the lowest-useq arrival with
+    lead > 0 of the nearest bucket up that has one), and the domain's lowest useq (report head)
+    from all its buckets.
     """
-    by_seq = "%s ORDER BY useq DESC, %s" % (_DOMAIN, ", ".join("%s ASC" % c for c in ARRIVAL_ORDER))
+    keys = [*_DOMAIN_KEYS, "_ubucket"]
+    df = df.selectExpr(*_bq(LEAD_COLS), "shiftright(useq, %d) AS _ubucket" % bucket_bits)
+    by_seq = "PARTITION BY %s ORDER BY useq DESC, %s" % (
+        ", ".join(_bq(keys)),
+        ", ".join("%s ASC" % c for c in ARRIVAL_ORDER),
+    )
     above_rows = "%s %s" % (by_seq, _FROM_START % "1 PRECEDING")
-    whole = "%s ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING" % by_seq
-    df = df.selectExpr(
+    local = df.selectExpr(
         "*",
-        "lag(useq, 1) OVER (%s) AS _above" % by_seq,
-        "last(CASE WHEN lead_calc > 0 THEN pos END, true) OVER (%s) AS _over_pos" % above_rows,
-        "last(CASE WHEN lead_calc > 0 THEN rx_us END, true) OVER (%s) AS _over_rx" % above_rows,
-        "min(useq) OVER (%s) AS _min_useq" % whole,
-    ).selectExpr("*", "coalesce(_above = useq, false) AS dup_calc")
+        "lag(useq, 1) OVER (%s) AS _above_l" % by_seq,
+        "last(CASE WHEN lead_calc > 0 THEN pos END, true) OVER (%s) AS _over_pos_l" % above_rows,
+        "last(CASE WHEN lead_calc > 0 THEN rx_us END, true) OVER (%s) AS _over_rx_l" % above_rows,
+    )
+    summ = df.groupBy(*keys).agg(
+        F.expr("min(useq) AS _min_b"),
+        # the arrival with lead > 0 and the lowest useq (at most one arrival per useq has lead > 0,
+        # a later copy has lead <= 0: no ties); min_by skips null orderings. Not min(struct(...)):
+        # a struct buffer forces a sort-based aggregation, a sort of every row
+        F.expr("min_by(pos, CASE WHEN lead_calc > 0 THEN useq END) AS _over_pos_b"),
+        F.expr("min_by(rx_us, CASE WHEN lead_calc > 0 THEN useq END) AS _over_rx_b"),
+    )
+    down = "PARTITION BY %s ORDER BY _ubucket DESC" % ", ".join(_bq(_DOMAIN_KEYS))
+    carry = summ.selectExpr(
+        *_bq(keys),
+        "lag(_min_b, 1) OVER (%s) AS _next_min" % down,
+        "last(_over_pos_b, true) OVER (%s %s) AS _over_pos_c" % (down, _FROM_START % "1 PRECEDING"),
+        "last(_over_rx_b, true) OVER (%s %s) AS _over_rx_c" % (down, _FROM_START % "1 PRECEDING"),
+        "min(_min_b) OVER (PARTITION BY %s) AS _min_useq" % ", ".join(_bq(_DOMAIN_KEYS)),
+    )
+    df = _carry_join(local, carry, keys).selectExpr(
+        *_bq(LEAD_COLS),
+        "_min_useq",
+        "coalesce(_above_l, _next_min) AS _above",
+        "coalesce(_over_pos_l, _over_pos_c) AS _over_pos",
+        "coalesce(_over_rx_l, _over_rx_c) AS _over_rx",
+    )
+    df = df.selectExpr("*", "coalesce(_above = useq, false) AS dup_calc")
     late = "(NOT dup_calc AND lead_calc < 0)"
     return df.selectExpr(
         *_bq(LEAD_COLS),
