@@ -265,12 +265,7 @@ class Proc:
             self.p.stdin.close()
 
     def kill(self) -> None:
-        if self.p.poll() is None:
-            try:
-                os.killpg(self.p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.p.wait(5)
+        testbed.stop_group(self.p, signal.SIGKILL, 5.0)  # the testbed's reaper: the group, then wait
 
 
 class Broker:
@@ -288,7 +283,7 @@ class Broker:
             "listener %d 127.0.0.1\nlistener %d 127.0.0.1\n" % (self.board_port, self.host_port)
         )
         self.log = (tmp / "mosquitto.log").open("wb")
-        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        exe = testbed.need_command("mosquitto", "mosquitto")
         self.p = subprocess.Popen(
             [exe, "-c", str(conf)], stdout=self.log, stderr=self.log, start_new_session=True
         )
@@ -305,13 +300,7 @@ class Broker:
         raise RuntimeError("mosquitto did not start: see %s" % (tmp / "mosquitto.log"))
 
     def stop(self) -> None:
-        if self.p.poll() is None:
-            os.killpg(self.p.pid, signal.SIGTERM)
-            try:
-                self.p.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.p.pid, signal.SIGKILL)
-                self.p.wait(5)
+        testbed.stop_group(self.p, signal.SIGTERM, 5.0)  # SIGKILL after 5 s
         self.log.close()
 
 
