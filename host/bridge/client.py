@@ -101,6 +101,7 @@ SEG_EVENT = 0
 SEG_ARRIVAL = 1
 
 PIPELINE_MIN_EVENTS = 4.0  # events generated per round trip from which pipelined POLLs pay
+GEN_RATE_SPAN = 0.002  # s: the generation rate is measured over answers at least this far apart
 
 _COUNTERS_JSON = '{"device":{%s},"channels":{%%s}}' % ",".join('"%s":%%d' % k for k in DEVICE_COUNTERS)
 _CHANNEL_JSON = '"%%d":{%s}' % ",".join('"%s":%%d' % k for k in CHANNEL_COUNTERS)
@@ -253,6 +254,10 @@ class DeviceClient:
         self.interval = poll.interval
         self.next_delay = 0.0
         self._rate = 0.0  # events per second, EWMA
+        # the device's generation rate (EWMA), from its newest offset as answers show it (n + backlog,
+        # a RECOVERY's n1): unlike _rate it counts the events an overrun lost
+        self._gen_rate = 0.0
+        self._newest: tuple[int, int | None, float] | None = None  # (newest offset, epoch, when)
         self._burst_events = 0  # events received in the outstanding burst so far
         self._last_answer_s: float | None = None
         # push sessions
@@ -411,6 +416,9 @@ class DeviceClient:
         p = self.poll_cfg
         per_rtt = self._rate * (self.rtt.srtt or 0.0)
         pc.pipeline = p.pipeline and (not p.adaptive or per_rtt >= PIPELINE_MIN_EVENTS)
+        # an overrun's RECOVERY starts past what the ring turns over before our next POLL gets there
+        # (PollClient.turnover): the rate x (SRTT + 2 RTTVAR); 0 at low rates (the spec's n0 - 1)
+        pc.turnover = int(self._gen_rate * ((self.rtt.srtt or 0.0) + 2 * self.rtt.rttvar))
         f = pc.next_request(self.poll_cfg.batch, self.poll_cfg.max_bytes, self.poll_cfg.frames)
         if f.type == wire.POLL:
             self.outstanding = REQ_POLL
@@ -521,6 +529,7 @@ class DeviceClient:
                     return True
                 return False
             if kind == core.EVENTS:
+                self._saw_newest(u32.add(pc.n, pc.backlog), now_s)
                 if len(pc.taken) > 1:  # held frames taken after this one filled their gap
                     for hf, evs in pc.taken:
                         self._events(hf, evs, rx_us)
@@ -550,6 +559,7 @@ class DeviceClient:
                 got = self._burst_events if pc.poll_pipelined else 0
                 self._adapt(now_s, got, 0, full=False)
             elif kind == core.RECOVER:
+                self._saw_newest(data.n1, now_s)
                 self._on_loss(data, old_epoch, rx_us)
                 self.next_delay = 0.0
             elif kind == core.HELLO:
@@ -559,6 +569,25 @@ class DeviceClient:
         except wire.WireError as e:
             self.on_bad_frame(e.code)
             return False
+
+    def _saw_newest(self, newest: int, now_s: float) -> None:
+        """The device held events up to `newest` when it answered: the generation-rate EWMA, from
+        answers at least GEN_RATE_SPAN apart (per answer, not per event)."""
+        last = self._newest
+        epoch = self.pc.epoch
+        if last is None or last[1] != epoch:
+            self._newest = (newest, epoch, now_s)
+            self._gen_rate = 0.0
+            return
+        dt = now_s - last[2]
+        if dt < GEN_RATE_SPAN:
+            return
+        k = u32.diff(newest, last[0])
+        self._newest = (newest, epoch, now_s)
+        if k < 0:
+            return
+        inst = k / dt
+        self._gen_rate = 0.7 * self._gen_rate + 0.3 * inst if self._gen_rate > 0 else inst
 
     # -- spec 004 results ----------------------------------------------------------------
 

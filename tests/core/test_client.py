@@ -159,6 +159,33 @@ def test_chase_guard_escalates_when_the_ring_turns_over_faster_than_a_round_trip
     assert cl.received + cl.lost == len(dev.generated)
 
 
+def test_turnover_hint_starts_an_overrun_past_what_the_ring_turns_over_with_an_exact_count() -> None:
+    """The caller says 6 events turn over per round trip: the first overrun RECOVERY already polls 6
+    past n0 (the spec's n0 - 1 would be gone when the POLL got there: one RECOVERY answer more)."""
+    dev = Device(capacity=16, start=100)
+    dev.emit(1)
+    cl = c.PollClient()
+    for _ in range(3):
+        exchange(cl, dev)  # HELLO, first contact, EVENTS [100]
+    cl.turnover = 6
+    dev.emit(40)  # 101..140, the ring keeps 125..140: an overrun
+    kind, loss = exchange(cl, dev)
+    assert kind == c.RECOVER and loss.cause == c.OVERRUN and loss.n0 == 125 and loss.skipped == 6
+    assert loss.lost == 24 + 6 and cl.n == 130
+    dev.emit(6)  # 6 events in the round trip: 125..130 pushed out, 131.. still held
+    kind, evs = exchange(cl, dev)
+    assert kind == c.EVENTS and evs[0][0] == 131
+    assert cl.received + cl.lost == dev.generated.index(cl.n) + 1  # every event up to n: one or the other
+    # never more than three quarters of the held range, whatever the hint
+    cl.turnover = 1000
+    dev.emit(40)
+    kind, loss = exchange(cl, dev)
+    assert kind == c.RECOVER and loss.skipped == 15 * 3 // 4
+    while exchange(cl, dev)[0] != c.NOTHING:
+        pass
+    assert cl.received + cl.lost == len(dev.generated)  # every event received or counted lost
+
+
 def test_late_answers_from_before_a_restart_are_refused() -> None:
     old = Device(capacity=4, start=10, epoch=1)
     old.emit(2)
