@@ -68,6 +68,14 @@ E_REPLAY = const(11)  # authentication: a counter already seen, too old, or an o
 E_UNSIGNED = const(12)  # authentication required, frame not signed
 AUTH_SIZE = const(8)  # the trailer of a signed frame (auth.py)
 
+# Sizes of the fixed-size requests a device checks a received frame against (unsigned: a signed
+# frame is AUTH_SIZE more). The firmware copies them as `_X = const(n)` (an attribute lookup per
+# frame otherwise); tests/firmware/test_records.py checks the copies and these against frames the
+# core encodes (messages.py). A HELLO request is OVERHEAD (empty payload).
+POLL_SIZE = const(HEADER_SIZE + 4 + CRC_SIZE)  # 16: max_events u16, max_bytes u16
+POLL_BURST_SIZE = const(POLL_SIZE + 1)  # 17: ... and max_frames u8 (a burst), at HEADER_SIZE + 4
+ACK_SIZE = const(HEADER_SIZE + 2 + CRC_SIZE)  # 14: status u16
+
 
 class WireError(Exception):
     """The one error a decoder raises for bad data received from a peer (a remote error)."""
