@@ -55,7 +55,10 @@ _LOWMS = const(250)  # ms between samples of the heap's low-water (gc.mem_free i
 _STALL = const(100)  # 1 ms waits a serial frame may spend on writes that took nothing before it is
 # dropped (rp2's write() itself waits while bytes drain: it takes nothing only when its TX ring is
 # full on entry; a UART frees a byte every ~1 ms even at 9600 baud: a line that stalls is stuck)
-# settings (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
+# Records are lists indexed by these names: the same `_NAME = const(n)` lines in every module that
+# indexes them (lwboot builds the settings, links and sensors; lwauth the auth list), and
+# tests/firmware/test_records.py fails if two files disagree about a name.
+# settings, k (lwboot.SPEC order; 0 and 1 are the ring's capacity and slot size)
 _TICK = const(2)
 _HCH = const(3)
 _HMS = const(4)
@@ -68,6 +71,9 @@ _RBYTES = const(10)
 _RTO = const(11)
 _RPRIO = const(12)
 _CPRIO = const(13)
+_NBOOT = const(14)  # the boot count
+_KEY = const(15)  # the auth key lwboot read (None: auth off), dropped by lwauth.setup
+_WDT = const(16)  # the machine.WDT lwboot started (None: off)
 # health values and counters (the first 8 are the health record, device.health_into)
 _BOOTS = const(0)
 _CAUSE = const(1)
@@ -81,13 +87,15 @@ _OVERFLOW = const(8)  # events that found a report body full (they are still in 
 _ALARMS = const(9)
 _ALAST = const(10)  # ticks_ms of the last bad-frame alarm
 _RESTARTS = const(11)  # failed passes of a task (sources, wlan.keep): a record of its own once
-# not 0 (2 bytes: health_into(ev, h, 11, 1))
-# with auth on, 12..14: auth rejects (forged, replayed, unsigned) summed over the links at each
-# health record, and sent after it as a record of its own (health_into(ev, h, 12): 6 bytes)
-_WDT = const(16)  # k[16]: the machine.WDT main.py started (None: off)
-# a link
-# a link (lwboot builds it: [io, udp, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer, hello,
-# serial read chunk, COBS buffer, StreamDecoder])
+# not 0 (2 bytes: health_into(ev, h, _RESTARTS, 1))
+# with auth on: auth rejects summed over the links at each health record (lwauth.rejects), and
+# sent after it as a record of its own (health_into(ev, h, _FORGED): 6 bytes)
+_FORGED = const(12)
+_REPLAYED = const(13)
+_UNSIGNED = const(14)
+_NHEALTH = const(12)  # the health list's length (auth off)
+_NHEALTH_AUTH = const(15)  # (auth on)
+# a link (lwboot.link builds it)
 _IO = const(0)  # socket or stream
 _UDP = const(1)
 _TX = const(2)  # frame buffer (a memoryview when links share one)
@@ -116,7 +124,8 @@ _DUE = const(6)  # ticks_ms when the next report may be built
 _CH = const(7)
 _PRIO = const(8)
 _EVERY = const(9)
-# a sensor: channel, period us, size, due (ticks_us), sample number, payload buffer
+# a sensor (lwboot builds it): channel, period us, size, due (ticks_us), sample number, payload
+_SCH = const(0)
 _SPER = const(1)
 _SSIZE = const(2)
 _SDUE = const(3)
@@ -124,8 +133,8 @@ _SNUM = const(4)
 _SBUF = const(5)
 
 
-# lwauth.link(): verify, sign_into, device_hello, device_sign_hello, rejects, epoch hi, epoch lo,
-# endpoint, hint
+# lwauth.link() builds it: verify, sign_into, device_hello, device_sign_hello, rejects, epoch hi,
+# epoch lo, endpoint, hint
 _AVER = const(0)
 _ASIGN = const(1)
 _AHELLO = const(2)
@@ -133,14 +142,26 @@ _ASHELLO = const(3)
 _AREJ = const(4)
 _AEH = const(5)
 _AEL = const(6)
+_AEP = const(7)
 _AHINT = const(8)
+# frames (leadwire.wire; test_records checks these copies against wire and frames the core encodes)
+_TYPE_BITS = const(0x1F)  # byte 0: the frame type (wire.frame_type)
+_AUTH_BIT = const(0x20)  # byte 1: wire.F_AUTH << 4, a signed frame
+_CH_AT = const(2)  # the channel byte
+_TAG_AT = const(3)  # the message id byte: a request's tag, which its answer echoes (wire.tag)
+_OVERHEAD = const(12)  # wire.OVERHEAD: header and CRC (a HELLO request's size)
+_AUTH_SIZE = const(8)  # wire.AUTH_SIZE: the trailer of a signed frame
+_POLL_SIZE = const(16)  # wire.POLL_SIZE
+_POLL_BURST_SIZE = const(17)  # wire.POLL_BURST_SIZE: with max_frames ...
+_MAX_FRAMES_AT = const(14)  # ... at this offset (wire.HEADER_SIZE + 4)
+_ACK_SIZE = const(14)  # wire.ACK_SIZE
 
 
 def _send(L, b, n, a):
     # b[:n] to address a (UDP) or down the serial line, signed first when the link has auth (a
     # frame already signed, the HELLO, goes as it is); returns 1 for a dropped frame
     A = L[_EP]
-    if A is not None and not b[1] & 0x20:
+    if A is not None and not b[1] & _AUTH_BIT:
         n = A[_ASIGN](b, n)
     try:
         if L[_UDP]:
@@ -175,8 +196,8 @@ class Agent:
         self.links = links
         self.ring = ring
         self.ev = bytearray(24)  # scratch payload: health and alarm records
-        h: list = [0] * (15 if links and links[0][_EP] is not None else 12)
-        h[_BOOTS] = k[14]
+        h: list = [0] * (_NHEALTH_AUTH if links and links[0][_EP] is not None else _NHEALTH)
+        h[_BOOTS] = k[_NBOOT]
         h[_CAUSE] = board.reset_cause()
         h[_LOW] = gc.mem_free()
         h[_ALAST] = time.ticks_add(time.ticks_ms(), -k[_AGAP])
@@ -223,19 +244,19 @@ class Agent:
         # one received frame in b[:n], from a (UDP) or None (serial)
         if wire.check(b, n):
             return self._bad()
-        t = b[0] & 0x1F
+        t = b[0] & _TYPE_BITS
         tx = L[_TX]
         A = L[_EP]
         if A is None:
-            if b[1] & 0x20:  # signed (F_AUTH) while auth is off: refused
+            if b[1] & _AUTH_BIT:  # signed while auth is off: refused
                 return self._bad()
-        elif t == wire.HELLO and n == wire.OVERHEAD + 8:
+        elif t == wire.HELLO and n == _OVERHEAD + _AUTH_SIZE:
             # a HELLO request: a new session, answered at once with the signed HELLO (K)
             if A[_AHELLO](b, n, A[_AEH], A[_AEL]):
                 return
             m = len(L[_HELLO])
             copy_into(tx, 0, L[_HELLO], 0, m)
-            m = A[_ASHELLO](tx, dv.retag(tx, m, b[3]), A[_AEH], A[_AEL])
+            m = A[_ASHELLO](tx, dv.retag(tx, m, b[_TAG_AT]), A[_AEH], A[_AEL])
             self.h[_DROP] += _send(L, tx, m, a)
             return
         elif A[_AVER](b, n):
@@ -245,12 +266,12 @@ class Agent:
                 self._boot_hello(L, a)
             return
         else:
-            n -= 8  # auth.AUTH_SIZE: the frame as if unsigned (the checks below use n)
-        if t == wire.POLL and (n == 16 or n == 17):
+            n -= _AUTH_SIZE  # the frame as if unsigned (the checks below use n)
+        if t == wire.POLL and (n == _POLL_SIZE or n == _POLL_BURST_SIZE):
             # a burst: up to max_frames (payload byte 4, 1..32; absent: 1) EVENTS frames back to
             # back, each from the last offset of the one before, until the ring has no more
-            k = b[14] if n == 17 else 1
-            if not 0 < k <= _BURST:
+            f = b[_MAX_FRAMES_AT] if n == _POLL_BURST_SIZE else 1
+            if not 0 < f <= _BURST:
                 return self._bad()
             ring = self.ring
             hi = wire.seq_hi(b)
@@ -263,23 +284,23 @@ class Agent:
             while True:
                 heap_lock()
                 try:
-                    m = ring.answer_into(tx, hi, lo, me, mb, b[3], i)
+                    m = ring.answer_into(tx, hi, lo, me, mb, b[_TAG_AT], i)
                 finally:
                     heap_unlock()
                 self.h[_DROP] += _send(L, tx, m, a)
                 i += 1
-                if i == k or not ring.backlog:  # backlog is 0 unless the frame was EVENTS
+                if i == f or not ring.backlog:  # backlog is 0 unless the frame was EVENTS
                     break
                 hi = ring.last_hi
                 lo = ring.last_lo
-        elif t == wire.HELLO and n == wire.OVERHEAD:
+        elif t == wire.HELLO and n == _OVERHEAD:
             m = len(L[_HELLO])
             copy_into(tx, 0, L[_HELLO], 0, m)
-            self.h[_DROP] += _send(L, tx, dv.retag(tx, m, b[3]), a)
-        elif t == wire.ACK and n == 14:
-            self._ack(L, b[2], (wire.seq_hi(b) << 16) | wire.seq_lo(b), dv.u16(b, 0))
+            self.h[_DROP] += _send(L, tx, dv.retag(tx, m, b[_TAG_AT]), a)
+        elif t == wire.ACK and n == _ACK_SIZE:
+            self._ack(L, b[_CH_AT], (wire.seq_hi(b) << 16) | wire.seq_lo(b), dv.u16(b, 0))
         elif t == wire.SUBSCRIBE and dv.subscribe_channels(b, n) is not None:
-            self._sub(L, dv.subscribe_channels(b, n), a, b[3])
+            self._sub(L, dv.subscribe_channels(b, n), a, b[_TAG_AT])
         else:
             self._bad()
 
@@ -296,12 +317,12 @@ class Agent:
         L[_PEER] = a
         L[_SUBS] = {}
         L[_RAW] = []
-        known = [s[0] for s in self.sensors] + [k[_HCH], k[_ACH]]
+        known = [s[_SCH] for s in self.sensors] + [k[_HCH], k[_ACH]]
         for ch in chs:
             if ch in known:
                 rs = ReportSequence()
                 rs.begin()
-                s = [rs, bytearray(k[_RBYTES]), 3, 0, None, None, 0, ch, k[_RPRIO], k[_RMS]]
+                s = [rs, bytearray(k[_RBYTES]), 3, 0, None, None, 0, ch, k[_RPRIO], k[_RMS]]  # _RS.._EVERY
                 if ch == k[_ACH]:
                     s[_PRIO] = k[_APRIO]
                     s[_EVERY] = 0
@@ -479,12 +500,12 @@ class Agent:
                         while n:
                             dv.sample_into(s[_SBUF], s[_SNUM])
                             s[_SNUM] = (s[_SNUM] + 1) & 0xFFFF
-                            self.emit(s[0], s[_SBUF], s[_SSIZE])
+                            self.emit(s[_SCH], s[_SBUF], s[_SSIZE])
                             n -= 1
                     else:  # the ring is all: one call, the byte loop in native code (~0.2 us per 64 B)
                         heap_lock()
                         try:
-                            self.ring.write_samples(s[_SBUF], s[0], s[_SSIZE], n, s[_SNUM])
+                            self.ring.write_samples(s[_SBUF], s[_SCH], s[_SSIZE], n, s[_SNUM])
                         finally:
                             heap_unlock()
                         s[_SNUM] = (s[_SNUM] + n) & 0xFFFF
@@ -501,7 +522,7 @@ class Agent:
                     A = self.links[0][_EP]
                     if A is not None:  # auth on: the rejects of all links, a record of their own
                         A[_AREJ](self.links, h)
-                        self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h, 12))
+                        self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h, _FORGED))
                     if h[_RESTARTS]:  # a task failed and was restarted: say how often
                         self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h, _RESTARTS, 1))
                 if k[_AMS] and time.ticks_diff(ms, adue) >= 0:
@@ -522,7 +543,7 @@ def start(b, board):
     # in main.py stays while it runs): authentication with a key, the agent on lwboot's
     # (settings, ring, sensors, links, tasks), its tasks started; returns io() for asyncio.run
     k, ring, sensors, links, tasks = b
-    if k[15]:  # a key (issue 6): auth.py and an endpoint per link, where the boot code was
+    if k[_KEY]:  # a key (issue 6): auth.py and an endpoint per link, where the boot code was
         import lwauth
 
         lwauth.setup(k, ring, links)  # (it deletes itself: boot only)

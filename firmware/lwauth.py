@@ -10,16 +10,36 @@
 # const() names, which cost nothing.
 import time
 
+from micropython import const
+
 from leadwire.auth import TO_HOST, Endpoint, Key
+
+# records: the same `_NAME = const(n)` lines as in lwagent and lwboot (tests/firmware/test_records.py)
+_KEY = const(15)  # settings: the auth key lwboot read
+_EP = const(15)  # a link: the list link() makes (None: auth off)
+_FORGED = const(12)  # the health list: auth rejects summed over the links
+_REPLAYED = const(13)
+_UNSIGNED = const(14)
+# the list link() makes (lwagent's _A* indexes)
+_AVER = const(0)
+_ASIGN = const(1)
+_AHELLO = const(2)
+_ASHELLO = const(3)
+_AREJ = const(4)
+_AEH = const(5)
+_AEL = const(6)
+_AEP = const(7)
+_AHINT = const(8)
+_NAUTH = const(9)
 
 
 def setup(k, ring, links):
-    """An endpoint for each link (L[15]) from the key lwboot left in k[15] (then dropped)."""
-    key = Key(k[15])
-    k[15] = None
+    """An endpoint for each link (L[_EP]) from the key lwboot left in k[_KEY] (then dropped)."""
+    key = Key(k[_KEY])
+    k[_KEY] = None
     e = ring.epoch
     for L in links:
-        L[15] = link(key, (e[0] << 8) | e[1], (e[2] << 8) | e[3])
+        L[_EP] = link(key, (e[0] << 8) | e[1], (e[2] << 8) | e[3])
     g = globals()
     del g["setup"], g["link"]  # boot only: their code goes (hint, rejects stay)
 
@@ -40,14 +60,24 @@ def link(key, hi, lo):
         last[0] = now
         return 1
 
-    return [ep.verify, ep.sign_into, ep.device_hello, ep.device_sign_hello, rejects, hi, lo, ep, hint]
+    A: list = [None] * _NAUTH
+    A[_AVER] = ep.verify
+    A[_ASIGN] = ep.sign_into
+    A[_AHELLO] = ep.device_hello
+    A[_ASHELLO] = ep.device_sign_hello
+    A[_AREJ] = rejects
+    A[_AEH] = hi
+    A[_AEL] = lo
+    A[_AEP] = ep
+    A[_AHINT] = hint
+    return A
 
 
 def rejects(links, h):
-    """The auth rejects of all links into the agent's health list h[12:15]."""
-    h[12] = h[13] = h[14] = 0
+    """The auth rejects of all links into the agent's health list h[_FORGED:_UNSIGNED + 1]."""
+    h[_FORGED] = h[_REPLAYED] = h[_UNSIGNED] = 0
     for L in links:
-        ep = L[15][7]
-        h[12] += ep.forged
-        h[13] += ep.replayed
-        h[14] += ep.unsigned
+        ep = L[_EP][_AEP]
+        h[_FORGED] += ep.forged
+        h[_REPLAYED] += ep.replayed
+        h[_UNSIGNED] += ep.unsigned

@@ -3,8 +3,88 @@
 # the HELLO. main.py unloads this module once the agent is built.
 #
 # Memory: the interpreter keeps every short string literal and every name it loads as a qstr for
-# good, even after this module is unloaded. So this module defines one function, and the config
-# keys and defaults live in long strings (never interned) split at run time.
+# good, even after this module is unloaded. So the config keys and defaults live in long strings
+# (never interned) split at run time, the records are lists indexed by const() names (which cost
+# nothing), and the functions and their arguments are named with names a board has anyway (the
+# agent's, the core's, the interpreter's own: read, check, network, ring, bind, key; io, buf, dest,
+# serial): a new name here is one more qstr for good (tests/firmware/test_qstr_budget.py).
+from micropython import const
+
+# -- records (lists indexed by these names): the same `_NAME = const(n)` lines in every module that
+# indexes them; tests/firmware/test_records.py fails if two files disagree
+# the settings, k: SPEC's first part in its order, then the boot count, the key and the watchdog
+_RING = const(0)  # ring capacity (events)
+_SLOT = const(1)  # slot size: the largest event payload
+_HCH = const(3)  # health channel
+_ACH = const(5)  # alarm channel
+_RBYTES = const(10)  # report body bytes
+_NBOOT = const(14)  # the boot count
+_KEY = const(15)  # the auth key (bytes; None: auth off), dropped by lwauth.setup
+_WDT = const(16)  # the watchdog's timeout in ms (0: off), then the machine.WDT (None: off)
+# a link (built by link() below; lwagent's slots)
+_IO = const(0)
+_UDP = const(1)
+_TX = const(2)
+_MV = const(3)
+_Q = const(4)
+_GAP = const(5)
+_NEXT = const(6)
+_SUBS = const(7)
+_OWN = const(8)
+_RAW = const(9)
+_PEER = const(10)
+_HELLO = const(11)
+_RB = const(12)
+_CB = const(13)
+_DEC = const(14)
+_EP = const(15)
+_LIM = const(16)
+_NLINK = const(17)  # slots in a link
+# a sensor (built in _attempt): channel, period us, size, due (ticks_us), sample number, payload
+_SCH = const(0)
+_SPER = const(1)
+_SSIZE = const(2)
+_SDUE = const(3)
+_SNUM = const(4)
+_SBUF = const(5)
+_NSENSOR = const(6)
+# this module's own: the boot's state st, kept across the attempts (read() adds all but the first)
+_STHOLD = const(0)  # main.py's list holding the block the ring takes
+_STCONF = const(1)  # config.json as read ({} when missing or bad)
+_STBOOT = const(2)  # the boot count
+_STKEY = const(3)  # the auth key (bytes), None (auth off), or why not ready (str)
+# a link's settings (settings()): config key, its object, port, frame size, gap
+_LKEY = const(0)
+_LCONF = const(1)
+_LPORT = const(2)
+_LFRAME = const(3)
+_LGAP = const(4)
+# SPEC's parts (SPEC[n])
+_SPSET = const(0)
+_SPUDP = const(1)
+_SPSER = const(2)
+_SPSENSOR = const(3)
+_SPCONFIG = const(4)
+_SPFW = const(5)
+_SPKEYS = const(6)
+_SPSENSORS = const(7)
+_SPTIER = const(8)  # 8 + tier: said after a failed attempt (tier 2: giving up)
+_SPNOKEY = const(11)
+_SPWDT = const(12)
+_SPBIND = const(13)
+# config.json's keys (key(n))
+_CID = const(0)
+_CSENS = const(1)
+_CUDP = const(2)
+_CSER = const(3)
+_CWLAN = const(4)
+_CBIND = const(5)
+_CHOST = const(6)
+_CKEY = const(7)
+_CAUTH = const(8)
+# frame sizes (leadwire.wire; test_records checks them)
+_OVERHEAD = const(12)  # wire.OVERHEAD: header and CRC
+_AUTH_SIZE = const(8)  # wire.AUTH_SIZE: the trailer of a signed frame
 
 # "path default low high" -- settings in lwagent's order (0 ring capacity, 1 slot size, 2 tick ms,
 # 3 health channel, 4 health period ms, 5 alarm channel, 6 alarm priority, 7 periodic alarm ms,
@@ -23,6 +103,7 @@ SPEC = (
     "|starting again on safe defaults without config.json|giving up"
     '|authentication needs "key" (32..128 hex digits) or "auth": false'  # issue 6
     "|wdt 0 0 8388"  # the watchdog's timeout in ms (0: off; 8388: rp2's longest)
+    "|127.0.0.1 0.0.0.0"  # a UDP link's bind address: a virtual board's, a board's
 )
 
 
@@ -38,163 +119,243 @@ def build(board, hold=None):
     Authentication is decided once, from the config as read, whatever the tier (a fallback never
     turns it off): "auth": false -> off; a valid "key" -> on; no key, or a bad one -> not ready
     ("leadwire: not ready: no key" / "bad key"), said without any key material."""
-    st: list = [hold]  # the config as read, the boot count, the auth key (auth.Key, None: off)
+    global SPEC
+    # the core modules first: loaded before the config and the boot fragment the heap beside
+    # main.py's block (later, a 64K heap may have no 272-byte hole left for them)
+    from leadwire._compat import random_u32  # noqa: F401 (ring() uses it)
+    from leadwire.device import hello_into  # noqa: F401 (_attempt uses it)
+    from leadwire.framing import StreamDecoder  # noqa: F401 (ring() uses it)
+    from leadwire.ring import EventRing  # noqa: F401 (ring() uses it)
+
+    # SPEC split once, here: before the ring (the garbage of splits after it would scatter what
+    # stays among the block the ring leaves free: a retry's ring might find no room)
+    if type(SPEC) is str:
+        SPEC = SPEC.split("|")  # type: ignore[assignment]
+        SPEC[_SPKEYS] = SPEC[_SPKEYS].split()  # type: ignore[index]
+    st: list = [hold]  # the boot's state (_ST* slots): the rest added by read() on the first attempt
     for tier in range(3):
         try:
             b = _attempt(board, st, tier)
             break
         except Exception as e:  # report anything, then try again on safe defaults
             b = None
-            if st[0]:
-                st[0].pop()  # main.py's block, if the failure came before the ring took it
-            print("boot: %r; %s" % (e, SPEC.split("|")[8 + tier]))
+            if st[_STHOLD]:
+                st[_STHOLD].pop()  # main.py's block, if the failure came before the ring took it
+            print("boot: %r; %s" % (e, SPEC[_SPTIER + tier]))
     if isinstance(b, str):  # no key or a bad key: nothing may reach the agent unauthenticated
         print("leadwire: not ready: %s; fix config.json and reset" % b)
         return None
-    if b is None or not b[3]:
+    if b is None or not b[3]:  # (b[3]: the links)
         # nothing could reach the agent: say so and stop (the REPL on a board; the launcher
         # reports it as a failure) rather than claim to be ready, or reset in a loop
         print("leadwire: not ready: %s; fix config.json and reset" % ("no link" if b else "boot failed"))
         return None
     k = b[0]
-    if k[16]:  # config "wdt": the watchdog, from here on (a WLAN join at boot may outlast it)
+    if k[_WDT]:  # config "wdt": the watchdog, from here on (a WLAN join at boot may outlast it)
         try:
             import machine
 
-            k[16] = machine.WDT(timeout=k[16])  # lwagent's io loop feeds it
+            k[_WDT] = machine.WDT(timeout=k[_WDT])  # lwagent's io loop feeds it
         except Exception as e:  # the unix port has none
             print("wdt: %r; off" % (e,))
-            k[16] = None
+            k[_WDT] = None
     return b
 
 
 def _attempt(board, st, tier):
-    import gc
-    import json
-
-    # the core modules first: loaded before the config and the boot fragment the heap beside
-    # main.py's block (later, a 64K heap may have no 272-byte hole left for them)
-    from leadwire._compat import random_u32
+    # One attempt at the given tier -> build()'s result, or why the agent must not start (str)
     from leadwire.device import hello_into
-    from leadwire.framing import StreamDecoder
-    from leadwire.ring import EventRing
-
-    spec, uspec, sspec, sensor, config, fw, keys, dsens = SPEC.split("|")[:8]
-    kid, ksens, kudp, kser, kwlan, kbind, khost, kkey, kauth = keys.split()
-
-    def ints(d, spec, where):
-        out = []
-        for item in spec.split(","):
-            path, dflt, lo, hi = item.split()
-            dflt, lo, hi = int(dflt), int(lo), int(hi)
-            v = d
-            for p in path.split("."):
-                v = v.get(p) if isinstance(v, dict) else None
-            if v is not None and (type(v) is not int or not lo <= v <= hi):
-                print("config: %s%s must be an integer in %d..%d; using %d" % (where, path, lo, hi, dflt))
-                v = None
-            out.append(dflt if v is None else v)
-        return out
-
-    def addr(s, port):
-        # "host:port" or "host" -> socket address (socket: imported with the UDP link)
-        if ":" in s:
-            s, port = s.rsplit(":", 1)
-        return socket.getaddrinfo(s, int(port))[0][-1]
 
     if len(st) == 1:
-        # first attempt: read the config and count the boot (on the board's flash), once
-        try:
-            with open(config) as f:
-                d = json.load(f)
-        except OSError:
-            print("config: no %s on the board; using safe defaults" % config)
-            d = {}
-        except ValueError as e:
-            print("config: %s is not valid JSON (%s); using safe defaults" % (config, e))
-            d = {}
-        if not isinstance(d, dict):
-            print("config: %s is not a JSON object; using safe defaults" % config)
-            d = {}
-        n = 0
-        try:
-            with open("boots") as f:
-                n = int(f.read())
-        except (OSError, ValueError):
-            pass
-        try:
-            with open("boots", "w") as f:
-                f.write(str(n + 1))
-        except OSError:
-            print("boot: cannot store the boot count")
-        st += [d, n + 1]
-        # the auth choice, once (never printed: the key). Only checked here; auth.py is loaded
-        # after the ring (its ~7 KB must not split the block the ring takes)
-        t = d.get(kkey)
-        try:
-            # "auth": false: off; else a key is required (bad key: never said which digit)
-            t = None if d.get(kauth) is False else bytes.fromhex(t.strip())  # type: ignore
-            if t is not None and not 16 <= len(t) <= 64:
-                raise ValueError
-        except Exception:  # no key (None, not a str) or a bad one
-            t = "bad key" if t else "no key"
-            print("config: %s: %s" % (t, SPEC.split("|")[11]))
-        st.append(t)
-    if type(st[3]) is str:
-        return st[3]
-    ak = st[3]
-    ax = 8 if ak else 0  # auth.AUTH_SIZE: the trailer of a signed frame
-    d = st[1]
+        read(st)  # the first attempt: the config, the boot count and the auth choice, once
+    if type(st[_STKEY]) is str:
+        return st[_STKEY]
+    ax = _AUTH_SIZE if st[_STKEY] else 0  # the trailer of a signed frame
+    d, k, lk, sk = check(st[_STCONF], tier)
+    # The radio first, when a UDP link needs one: ESP32's RNG is only pseudo-random until it runs,
+    # and the free heap measured below must not count the IDF RAM Wi-Fi takes when it starts.
+    # net: the station, None (no ssid: no UDP), or what bringing it up raised (said per link)
+    net = w = None
+    if board.KIND != "unix" and [x for x in lk if x[_LKEY] == key(_CUDP)]:
+        net, w = network(board, d)
+    r, epoch, buf, serial = ring(board, st, k, lk, sk)
+    sensors = []
+    for ch, hz, size in sk:
+        if size > k[_SLOT]:
+            print("config: sensor on channel %d: size above slot %d; skipped" % (ch, k[_SLOT]))
+            continue
+        b = bytearray(size)
+        for i in range(2, size):
+            b[i] = ch
+        s: list = [None] * _NSENSOR
+        s[_SCH] = ch
+        s[_SPER] = 1000000 // hz if hz else 0
+        s[_SSIZE] = size
+        s[_SDUE] = s[_SNUM] = 0
+        s[_SBUF] = b
+        sensors.append(s)
+    name = d.get(key(_CID))
+    if not isinstance(name, str):
+        name = board.uid()
+    # the boot count, the auth key (bytes; None: auth off), the watchdog's ms (0: off)
+    k += [st[_STBOOT], st[_STKEY]] + ints(d, SPEC[_SPWDT], "")  # (the fallback tiers: no watchdog)
+    tasks: list = []
+    links = bind(board, lk, net, w, tasks, buf, serial, ax)
+    fw = SPEC[_SPFW]
+    try:
+        for L in links:
+            tx = L[_TX]
+            m = hello_into(
+                tx, epoch, k[_RING], k[_SLOT], len(tx) - ax, k[_NBOOT], (name, fw, board.KIND), ax // 2
+            )
+            L[_HELLO] = bytes(tx[:m])
+    except BaseException:
+        for L in links:  # a retry must find its ports free (EADDRINUSE otherwise)
+            L[_IO].close()
+        raise
+    kinds = " ".join(
+        "%s:%d" % (key(_CUDP), lk[0][_LPORT]) if L[_UDP] else key(_CSER) for L in links
+    )  # udp: its port
+    print(
+        "leadwire %s on %s, id %s, boot %d, epoch %08x, ring %dx%d, links %s, auth %s"
+        % (fw, board.KIND, name, k[_NBOOT], epoch, k[_RING], k[_SLOT], kinds or "none", "on" if ax else "off")
+    )
+    return k, r, sensors, links, tasks
+
+
+def read(st):
+    # The first attempt's reads, once: config.json and the boot count (on the board's flash), and
+    # the auth choice -> st[_STCONF], st[_STBOOT], st[_STKEY]
+    import json
+
+    config = SPEC[_SPCONFIG]
+    try:
+        with open(config) as f:
+            d = json.load(f)
+    except OSError:
+        print("config: no %s on the board; using safe defaults" % config)
+        d = {}
+    except ValueError as e:
+        print("config: %s is not valid JSON (%s); using safe defaults" % (config, e))
+        d = {}
+    if not isinstance(d, dict):
+        print("config: %s is not a JSON object; using safe defaults" % config)
+        d = {}
+    n = 0
+    try:
+        with open("boots") as f:
+            n = int(f.read())
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("boots", "w") as f:
+            f.write(str(n + 1))
+    except OSError:
+        print("boot: cannot store the boot count")
+    st += [d, n + 1]
+    # the auth choice, once (never printed: the key). Only checked here; auth.py is loaded
+    # after the ring (its ~7 KB must not split the block the ring takes)
+    t = d.get(key(_CKEY))
+    try:
+        # "auth": false: off; else a key is required (bad key: never said which digit)
+        t = None if d.get(key(_CAUTH)) is False else bytes.fromhex(t.strip())  # type: ignore
+        if t is not None and not 16 <= len(t) <= 64:
+            raise ValueError
+    except Exception:  # no key (None, not a str) or a bad one
+        t = "bad key" if t else "no key"
+        print("config: %s: %s" % (t, SPEC[_SPNOKEY]))
+    st.append(t)
+
+
+def check(d, tier):
+    # config.json's object -> (what this tier keeps of it, the settings k without their last three,
+    # the links' settings (_L* slots), the sensors' (channel, hz, size)). Tier 1 keeps only the
+    # config's links, id and wlan, tier 2 nothing of it.
+    kudp = key(_CUDP)
     if tier:
-        d = {key: d[key] for key in (kid, kudp, kser, kwlan) if tier == 1 and key in d}
-    k = ints(d, spec, "")
-    if k[3] == k[5]:
+        d = {c: d[c] for c in (key(_CID), kudp, key(_CSER), key(_CWLAN)) if tier == 1 and c in d}
+    k = ints(d, SPEC[_SPSET], "")
+    if k[_HCH] == k[_ACH]:
         print("config: health and alarm channels must differ; using 8 and 9")
-        k[3], k[5] = 8, 9
-    # the links' settings (opened after the ring): (key, object, port, frame size, gap)
+        k[_HCH], k[_ACH] = 8, 9
     lk = []
-    for key in (kudp, kser):
-        c = d.get(key, {})  # an object, false (link off) or missing (on, with defaults)
+    for name in (kudp, key(_CSER)):
+        c = d.get(name, {})  # an object, false (link off) or missing (on, with defaults)
         if c is False:
             continue
         if not isinstance(c, dict):
-            print("config: %s must be an object or false; using defaults" % key)
+            print("config: %s must be an object or false; using defaults" % name)
             c = {}
-        lk.append([key, c] + ints(c, uspec if key == kudp else sspec, key + ": "))
-    ss = d.get(ksens)
+        lk.append(
+            [name, c] + ints(c, SPEC[_SPUDP if name == kudp else _SPSER], name + ": ")
+        )  # port, frame, gap
+    ss = d.get(key(_CSENS))
     if ss is None:
-        v = [int(x) for x in dsens.split()]
-        names = [item.split()[0] for item in sensor.split(",")]
+        v = [int(x) for x in SPEC[_SPSENSORS].split()]
+        names = [item.split()[0] for item in SPEC[_SPSENSOR].split(",")]
         ss = [dict(zip(names, v[i : i + 3])) for i in (0, 3)]
     elif not isinstance(ss, list):
         print("config: sensors must be a list; none used")
         ss = []
     sk = []
-    chans = [k[3], k[5]]
+    chans = [k[_HCH], k[_ACH]]
     for s in ss[:8]:
-        ch, hz, size = ints(s if isinstance(s, dict) else {}, sensor, "sensors: ")
-        if ch in chans or size > k[1]:
-            print("config: sensor on channel %d: channel taken or size above slot %d; skipped" % (ch, k[1]))
+        ch, hz, size = ints(s if isinstance(s, dict) else {}, SPEC[_SPSENSOR], key(_CSENS) + ": ")
+        if ch in chans or size > k[_SLOT]:
+            print(
+                "config: sensor on channel %d: channel taken or size above slot %d; skipped" % (ch, k[_SLOT])
+            )
             continue
         chans.append(ch)
         sk.append((ch, hz, size))
-    # The radio first, when a UDP link needs one: ESP32's RNG is only pseudo-random until it runs,
-    # and the free heap measured below must not count the IDF RAM Wi-Fi takes when it starts.
-    # net: the station, None (no ssid: no UDP), or what bringing it up raised (said per link)
-    net = w = None
-    if board.KIND != "unix" and [x for x in lk if x[0] == kudp]:
-        w = d.get(kwlan)
-        w = w if isinstance(w, dict) else {}
-        try:
-            net = board.network(w)
-        except MemoryError:
-            raise
-        except Exception as e:  # no network module, no rp2.country, Wi-Fi refused: UDP only
-            net = e
+    return d, k, lk, sk
+
+
+def ints(d, s, name):
+    # the integers of a SPEC part s ("path default low high", comma-separated) read from the
+    # object d; name: where d is, in the messages ("udp: ", "sensors: "; "": config.json's top)
+    out = []
+    for item in s.split(","):
+        path, dflt, lo, hi = item.split()
+        dflt, lo, hi = int(dflt), int(lo), int(hi)
+        v = d
+        for p in path.split("."):
+            v = v.get(p) if isinstance(v, dict) else None
+        if v is not None and (type(v) is not int or not lo <= v <= hi):
+            print("config: %s%s must be an integer in %d..%d; using %d" % (name, path, lo, hi, dflt))
+            v = None
+        out.append(dflt if v is None else v)
+    return out
+
+
+def network(board, d):
+    # the board's station for the config's "wlan" -> (the station, None or what bringing it up
+    # raised; the "wlan" object)
+    w = d.get(key(_CWLAN))
+    w = w if isinstance(w, dict) else {}
+    try:
+        net = board.network(w)
+    except MemoryError:
+        raise
+    except Exception as e:  # no network module, no rp2.country, Wi-Fi refused: UDP only
+        net = e
+    return net, w
+
+
+def ring(board, st, k, links, sensors):
+    # The ring, its epoch and the links' buffers -> (ring, epoch, shared frame buffer, serial
+    # buffers): the big blocks at once, before anything fragments the heap. A ring that does not
+    # fit falls back to 256 x 16 (k updated).
+    import gc
+
+    from leadwire._compat import random_u32
+    from leadwire.framing import StreamDecoder
+    from leadwire.ring import EventRing
+
     # The epoch and the ring's start: the RNG mixed with the boot count and the board id, so two
     # boots never share one even where os.urandom is constant (an emulated Pico) or weak; the
     # odd multiplier keeps distinct boot counts distinct (mod 2^32). Allocates: boot only.
-    mx = st[2] * 0x9E3779B1
+    mx = st[_STBOOT] * 0x9E3779B1
     for c in board.uid():
         mx = mx * 31 + ord(c)
     mx &= 0xFFFFFFFF
@@ -207,82 +368,77 @@ def _attempt(board, st, tier):
     # unloaded). With a key, auth.py, lwauth, the key and an endpoint per link: ~11 KB for one link, ~12 KB
     # for two (free heap at ready, auth on vs off). Measured on the unix port (64-bit): pessimistic
     # for 32-bit boards. board.mem_free(): gc.mem_free() (ESP32: less the IDF RAM left to Wi-Fi).
-    if st[0]:
-        st[0].pop()  # main.py's block: the ring goes where it was, in one piece
+    if st[_STHOLD]:
+        st[_STHOLD].pop()  # main.py's block: the ring goes where it was, in one piece
     gc.collect()
     free = board.mem_free()
-    need = 7100 + 3 * k[10] + max([x[3] for x in lk] + [0]) + (9900 + 1100 * len(lk) if ak else 0)
-    for x in lk:
-        need += 2 * x[3] + 400 if x[0] == kser else 0
-    for x in sk:
-        need += x[2] + 96
+    kser = key(_CSER)
+    ax = _AUTH_SIZE if st[_STKEY] else 0
+    frame = max([x[_LFRAME] for x in links] + [0])
+    need = 7100 + 3 * k[_RBYTES] + frame + (9900 + 1100 * len(links) if ax else 0)
+    for x in links:
+        need += 2 * x[_LFRAME] + 400 if x[_LKEY] == kser else 0
+    for ch, hz, size in sensors:
+        need += size + 96
     # the links' buffers, then the ring at once: the big blocks before anything fragments the heap
     # (one frame buffer for all links: frames are built and sent without an await in between)
     # with auth on, every buffer has room for the 8-byte trailer after the largest unsigned frame;
     # the answers and fragments are sized so that the signed frame still fits the link's frame
-    shared = bytearray(max([x[3] for x in lk] + [0]) + ax)
-    sb = [
-        [bytearray(64), bytearray(x[3] + ax + (x[3] + ax) // 254 + 2), StreamDecoder(128 + ax)]
-        for x in lk
-        if x[0] == kser
+    buf = bytearray(frame + ax)
+    serial = [
+        [bytearray(64), bytearray(x[_LFRAME] + ax + (x[_LFRAME] + ax) // 254 + 2), StreamDecoder(128 + ax)]
+        for x in links
+        if x[_LKEY] == kser
     ]
     ring = None
-    if k[0] * (3 + k[1]) + need <= free:
+    if k[_RING] * (3 + k[_SLOT]) + need <= free:
         try:
-            ring = EventRing(k[0], mx, k[1], epoch)
+            ring = EventRing(k[_RING], mx, k[_SLOT], epoch)
         except MemoryError:
             pass
     if ring is None:
         print(
             "config: ring %dx%d (%d B) does not fit: %d B free, the agent needs %d B besides; using 256x16"
-            % (k[0], k[1], k[0] * (3 + k[1]), free, need)
+            % (k[_RING], k[_SLOT], k[_RING] * (3 + k[_SLOT]), free, need)
         )
-        k[0], k[1] = 256, 16
+        k[_RING], k[_SLOT] = 256, 16
         ring = EventRing(256, mx, 16, epoch)
-    sensors = []
-    for ch, hz, size in sk:
-        if size > k[1]:
-            print("config: sensor on channel %d: size above slot %d; skipped" % (ch, k[1]))
-            continue
-        b = bytearray(size)
-        for i in range(2, size):
-            b[i] = ch
-        sensors.append([ch, 1000000 // hz if hz else 0, size, 0, 0, b])
-    name = d.get(kid)
-    if not isinstance(name, str):
-        name = board.uid()
-    # 14 the boot count, 15 the auth key (bytes; None: auth off), 16 the watchdog's ms (0: off)
-    k += [st[2], ak] + ints(d, SPEC.split("|")[12], "")  # (the fallback tiers: no watchdog)
-    links = []
-    tasks = []
-    opened: list = []  # (io, peer: False for serial, UDP address or None, frame size, gap)
+    return ring, epoch, buf, serial[0] if serial else None
+
+
+def bind(board, links, network, w, tasks, buf, serial, a):
+    # Open the links of lk -> their link records (a link that cannot open is said and left out;
+    # a MemoryError, or anything that escapes, closes those opened and is raised: a retry must
+    # find its ports free). A WLAN station's keeper goes into tasks (started by lwagent.start).
+    out: list = []
     try:
-        for key, c, port, frame, gap in lk:
+        for x in links:
+            name, c, port = x[_LKEY], x[_LCONF], x[_LPORT]
             try:
-                if key == kser:
+                if name == key(_CSER):
                     io = board.serial(c)
                     if io is not None:
-                        opened.append((io, False, frame, gap))
+                        out.append(link(x, io, False, buf, serial, a))
                     continue
                 if board.KIND != "unix":
-                    if net is None:
+                    if network is None:
                         print("udp: no wlan ssid in config: UDP off")
                         continue
-                    if isinstance(net, Exception):
-                        raise net
+                    if isinstance(network, Exception):
+                        raise network
                     import wlan
 
-                    tasks.append((wlan.keep, (net, w)))  # started by lwagent.start
+                    tasks.append((wlan.keep, (network, w)))  # started by lwagent.start
                 import socket  # only here: a board without networking (plain Pico) has none
 
-                bind = c.get(kbind)
-                if not isinstance(bind, str):  # a virtual board's network is the host's loopback
-                    bind = "127.0.0.1" if board.KIND == "unix" else "0.0.0.0"
-                h = c.get(khost)
+                b = c.get(key(_CBIND))
+                if not isinstance(b, str):  # a virtual board's network is the host's loopback
+                    b = SPEC[_SPBIND].split()[board.KIND != "unix"]  # 127.0.0.1, else 0.0.0.0
+                h = c.get(key(_CHOST))
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 try:
-                    s.bind(addr(bind, port))
-                    opened.append((s, addr(h, port) if isinstance(h, str) else None, frame, gap))
+                    s.bind(addr(b, port))
+                    out.append(link(x, s, addr(h, port) if isinstance(h, str) else None, buf, None, a))
                 except BaseException:
                     s.close()  # not left bound: a retry (or the next boot) needs the port
                     raise
@@ -290,28 +446,50 @@ def _attempt(board, st, tier):
                 raise  # the heap: the whole attempt again, on safe defaults
             except Exception as e:  # whatever a port raises (no socket or network module:
                 # ImportError; no rp2.country: AttributeError; OSError, ValueError): this link only
-                print("%s: cannot open (port %d): %r" % (key, port, e))
-        for io, peer, frame, gap in opened:
-            # a link, as lwagent indexes it: io, udp, tx, memoryview(tx), frame queue (made on the
-            # first SUBSCRIBE), gap, next send, sessions, message owners, resend list, peer (UDP:
-            # where the HELLO after boot and reports go), HELLO; serial: read chunk, COBS buffer,
-            # decoder (UDP: None x 3); auth endpoint (None: auth off), payload budget of a frame
-            tx = memoryview(shared)[: frame + ax]
-            L = [io, peer is not False, tx, memoryview(tx), None, gap, 0, {}, {}, [], peer or None, b""]
-            L += sb[0] if peer is False else [None, None, None]
-            L += [None, frame - 12 - ax]  # the auth endpoint: main.py, after this module is gone
-            links.append(L)
-        for L in links:
-            tx = L[2]
-            m = hello_into(tx, epoch, k[0], k[1], len(tx) - ax, k[14], (name, fw, board.KIND), ax // 2)
-            L[11] = bytes(tx[:m])
+                print("%s: cannot open (port %d): %r" % (name, port, e))
     except BaseException:
-        for o in opened:  # a retry must find its ports free (EADDRINUSE otherwise)
-            o[0].close()
+        for L in out:  # a retry must find its ports free (EADDRINUSE otherwise)
+            L[_IO].close()
         raise
-    kinds = " ".join("%s:%d" % (kudp, lk[0][2]) if L[1] else kser for L in links)  # udp: its port
-    print(
-        "leadwire %s on %s, id %s, boot %d, epoch %08x, ring %dx%d, links %s, auth %s"
-        % (fw, board.KIND, name, k[14], epoch, k[0], k[1], kinds or "none", "on" if ax else "off")
-    )
-    return k, ring, sensors, links, tasks
+    return out
+
+
+def key(n):
+    # config.json's key n (_C* slots)
+    return SPEC[_SPKEYS][n]
+
+
+def addr(s, port):
+    # "host:port" or "host" -> socket address (socket: imported with the UDP link)
+    import socket
+
+    if ":" in s:
+        s, port = s.rsplit(":", 1)
+    return socket.getaddrinfo(s, int(port))[0][-1]
+
+
+def link(x, io, dest, buf, serial, a):
+    # A link record, as lwagent indexes it (the _IO.._LIM slots), for the link settings x (_L*
+    # slots). io: socket or stream; dest: False for serial, else the UDP address where the HELLO
+    # after boot and reports go (None: the first poller's); buf: the one frame buffer of all links;
+    # serial: the serial link's read chunk, COBS buffer and decoder; a: the auth trailer's size
+    # (0: auth off).
+    frame = x[_LFRAME]
+    L: list = [None] * _NLINK
+    L[_IO] = io
+    L[_UDP] = dest is not False
+    L[_TX] = memoryview(buf)[: frame + a]
+    L[_MV] = memoryview(L[_TX])
+    L[_Q] = None  # the FrameQueue, made on the first SUBSCRIBE
+    L[_GAP] = x[_LGAP]
+    L[_NEXT] = 0
+    L[_SUBS] = {}
+    L[_OWN] = {}
+    L[_RAW] = []
+    L[_PEER] = dest or None
+    L[_HELLO] = b""  # (set once the HELLO is built)
+    if dest is False:
+        L[_RB], L[_CB], L[_DEC] = serial
+    L[_EP] = None  # the auth endpoint: lwauth.setup, after this module is gone
+    L[_LIM] = frame - _OVERHEAD - a  # the payload budget of a frame
+    return L

@@ -3,6 +3,9 @@
 import time
 
 import network
+from micropython import const
+
+_RESTARTS = const(11)  # lwagent's health list: failed passes of a task (tests/firmware/test_records.py)
 
 
 def join(c):
@@ -31,7 +34,7 @@ async def keep(w, c, h):
     # the reason code, 2 included), nothing to do; else join again, the
     # next check 5, 10, 20 .. 60 s later while it fails. An OSError from connect() (ESP32: "Wifi
     # Internal Error" during the driver's own attempt) is said and retried; any other failure of
-    # a check (a MemoryError) is counted in the agent's health list h (lwagent's _RESTARTS, 11)
+    # a check (a MemoryError) is counted in the agent's health list h (lwagent's _RESTARTS)
     # as well: never the end of the task.
     import asyncio
 
@@ -50,5 +53,5 @@ async def keep(w, c, h):
             w.connect(c.get("ssid"), c.get("key", ""))
         except Exception as e:
             if not isinstance(e, OSError):
-                h[11] += 1
+                h[_RESTARTS] += 1
             print("wlan:", repr(e))

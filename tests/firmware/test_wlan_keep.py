@@ -14,7 +14,7 @@ import pytest
 
 WLAN = Path(__file__).resolve().parents[2] / "firmware" / "wlan.py"
 STAT_IDLE, STAT_CONNECTING = 1000, 1001  # ESP32's values
-RESTARTS = 11  # lwagent's _RESTARTS: the index in the health list
+RESTARTS = 11  # lwagent's and wlan's _RESTARTS: the index in the health list (test_records)
 
 
 class Station:
@@ -59,6 +59,9 @@ def load_wlan(mp: pytest.MonkeyPatch, connecting: int) -> types.ModuleType:
     net = types.ModuleType("network")
     net.STAT_CONNECTING = connecting  # type: ignore[attr-defined]
     mp.setitem(sys.modules, "network", net)
+    mpy = types.ModuleType("micropython")  # wlan.py's const(): the identity on CPython
+    mpy.const = lambda x: x  # type: ignore[attr-defined]
+    mp.setitem(sys.modules, "micropython", mpy)
     spec = importlib.util.spec_from_file_location("lw_wlan_under_test", WLAN)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
