@@ -240,6 +240,7 @@ class DeviceClient:
         self.sub_channels: dict[int, int] = {}  # channel -> session, for reports
         self.sub_tag = 0
         self.outstanding = 0
+        self.send_again = False  # request() made a POLL the caller sends another one right after
         self._last_hello_s = -1e18
         # retransmission timing (rtt.py): the RTO the outstanding request was sent with
         floor = poll.rto_min
@@ -414,7 +415,8 @@ class DeviceClient:
         # finds nothing new, a round trip of CPU for no event (bench/netem_bench.py, pipelining A/B:
         # 1.5x the bridge's CPU per event at 2,000 events/s of 64 B when always on)
         p = self.poll_cfg
-        per_rtt = self._rate * (self.rtt.srtt or 0.0)
+        # (the generation rate when higher: an overrunning ring delivers fewer events than it makes)
+        per_rtt = max(self._rate, self._gen_rate) * (self.rtt.srtt or 0.0)
         pc.pipeline = p.pipeline and (not p.adaptive or per_rtt >= PIPELINE_MIN_EVENTS)
         # an overrun's RECOVERY starts past what the ring turns over before our next POLL gets there
         # (PollClient.turnover): the rate x (SRTT + 2 RTTVAR); 0 at low rates (the spec's n0 - 1)
@@ -423,6 +425,9 @@ class DeviceClient:
         if f.type == wire.POLL:
             self.outstanding = REQ_POLL
             self.dc["polls"] += 1
+            # a gap repoll that predicts where the held frames' burst ends (leadwire.hold): the next
+            # POLL, from there, goes out now too (two in flight), as after a pipelined burst's frame 0
+            self.send_again = pc.ahead is not None
         else:
             self.outstanding = REQ_HELLO
         self.rto = self.rtt.on_send(f.message_id, now_s)

@@ -357,6 +357,11 @@ class Scheduler:
         # the request's RTO (client.rto: measured on this link, rtt.py; ack_timeout for a SUBSCRIBE)
         heapq.heappush(self.deadlines, (now + c.rto, next(self._tie), r, r.gen))
         r.link.send(data)
+        if c.send_again:
+            # a gap repoll with a second POLL from where the held frames' burst ends (leadwire.hold):
+            # both in flight; the second is the outstanding request, the gap's answer comes first
+            c.send_again = False
+            self._send(r, now)
 
     def pause(self) -> None:
         self.paused = True

@@ -9,14 +9,24 @@
 # lists the frames a result came from, for callers that need each frame's header. Held frames are
 # dropped when n passes them some other way, on a RECOVERY and on a restart.
 #
+#
+# Depth two across a gap (with pipeline set): when the held frames are one run from the gap on and
+# the last of them says how many events the device still held (backlog) that the frames still due
+# can carry, the gap repoll also sets `ahead` to where that burst will end, so the caller sends a
+# second POLL from there at once (as after a pipelined burst's first frame): the device drains its
+# ring while the gap is filled, instead of waiting a round trip for it. The gap's answer comes under
+# the previous tag and is taken as a pipelined burst's is; if the gap POLL or its answer is lost,
+# the second answer does not fit n, is held, and the gap is asked for again (one round trip, as
+# before). `gap_ahead` counts these second POLLs.
+#
 # A subclass, not part of PollClient: the board-sized heap that runs the core's tests on
 # MicroPython has no room for the extra code, and no board needs it.
 from leadwire import messages, wire
-from leadwire.client import EVENTS, STALE, PollClient
+from leadwire.client import EVENTS, POLLING, STALE, PollClient
 from leadwire.u32 import distance, le, lt, succ
 
 MAX_HELD = 64  # frames held ahead of a gap
-RECENT_TAGS = 4  # POLL tags whose frames may be held
+RECENT_TAGS = 6  # POLL tags whose frames may be held
 
 
 class HoldingPollClient(PollClient):
@@ -26,22 +36,68 @@ class HoldingPollClient(PollClient):
         self.recent = []  # tags of the last RECENT_TAGS POLLs since a RECOVERY or restart
         self.taken = []  # (frame, events) the last EVENTS result came from
         self.held_taken = 0  # held frames taken after their gap was filled
+        self.gap_ahead = 0  # second POLLs sent with a gap repoll, from the held burst's end
+        self.gap_tag = -1  # tag of the gap repoll a second POLL followed (its RECOVERY is acted on)
 
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
+        end = None
+        if self.ahead is None:
+            self.gap_tag = -1  # (a POLL from a predicted end keeps the gap repoll's tag before it)
         if self.held and self.ahead is None:
             gap = self._gap()
             if 0 < gap <= max_events:
+                if self.pipeline and max_frames > 1 and self.state == POLLING and not self.hello_due:
+                    end = self._held_end(max_frames)
                 max_events, max_frames = gap, 1  # just the gap: the held frames go on from it
         f = super().next_request(max_events, max_bytes, max_frames)
         if f.type == wire.POLL:
             self.recent.append(self.tag)
             if len(self.recent) > RECENT_TAGS:
                 self.recent.pop(0)
+            if end is not None:
+                self.ahead = end  # the caller sends the next POLL, from there, now (above)
+                self.gap_ahead += 1
+                self.gap_tag = self.tag
         return f
+
+    def _held_end(self, max_frames):
+        # where the burst the held frames belong to ends: their run from the gap on, plus the last
+        # one's backlog when the frames still due can carry it; None if that cannot be told
+        held = self.held
+        n = self.n
+        k = min(held, key=lambda x: distance(x, n))
+        seen = 0
+        last = None
+        end = n
+        while True:
+            f = held.get(k)
+            if f is None:
+                break
+            p = f.payload
+            if len(p) < 3 or not p[0]:
+                return None
+            last = f
+            end = (k + p[0] - 1) & 0xFFFFFFFF
+            seen += 1
+            k = succ(end)
+        if last is None or seen != len(held):
+            return None  # a second gap: one at a time
+        p = last.payload
+        backlog = (p[1] << 8) | p[2]
+        if backlog > (max_frames - 1 - last.index) * p[0]:
+            return None  # the burst will be cut short of the device's newest event
+        return (end + backlog) & 0xFFFFFFFF
 
     def on_frame(self, frame):
         tag = frame.message_id
         if frame.type != wire.EVENTS:
+            if frame.type == wire.RECOVERY and tag == self.gap_tag and tag == self.prev_tag:
+                # the gap repoll's answer (it asked from n): the gap was overwritten. Acted on as the
+                # answer to n, though a second POLL went out after it (that one cannot fit n now)
+                self.gap_tag = -1
+                self.burst_done = True
+                self.ahead = None
+                return self._recovery(frame)
             return super().on_frame(frame)
         prev = self.prev_tag
         if tag != self.tag and tag != prev and tag in self.recent:
