@@ -118,9 +118,9 @@ def decode(data):
     if code:
         raise WireError(code)
     # a signed frame decodes as its unsigned self: the trailer is checked by auth.Endpoint
-    end = n - wire.CRC_SIZE - (wire.AUTH_SIZE if data[1] & 0x20 else 0)
+    end = n - wire.CRC_SIZE - (wire.AUTH_SIZE if (data[1] >> 4) & wire.F_AUTH else 0)
     return Frame(
-        data[0] & 0x1F,
+        wire.frame_type(data),
         (data[6] << 24) | (data[7] << 16) | (data[8] << 8) | data[9],
         data[HEADER_SIZE:end],
         data[2],
