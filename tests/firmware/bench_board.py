@@ -24,13 +24,14 @@ emit) and per frame (answer_into, UDP sendto, COBS encode), best of 5.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+import click
 
 from leadwire import wire
 from leadwire.client import PollClient
@@ -124,25 +125,32 @@ def costs() -> dict[str, float]:
     return {ln.split()[1]: float(ln.split()[2]) for ln in r.stdout.splitlines() if ln.startswith("cost ")}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--frames", type=int, default=16, help="max_frames per POLL (1..32)")
-    ap.add_argument("--rates", default="25000,50000,100000,0", help="events/s; 0 = as fast as it can")
-    ap.add_argument("--ring", type=int, default=264, help="ring slots over UDP")
-    ap.add_argument("--serial-ring", type=int, default=232, help="over serial (its COBS buffer takes heap)")
-    ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--transports", default="udp,serial")
-    ap.add_argument("--no-costs", action="store_true")
-    a = ap.parse_args()
+@click.command()
+@click.option("--seconds", type=float, default=3.0, show_default=True)
+@click.option("--repeat", type=int, default=3, show_default=True)
+@click.option("--frames", type=int, default=16, show_default=True, help="max_frames per POLL (1..32)")
+@click.option(
+    "--rates", default="25000,50000,100000,0", show_default=True, help="events/s; 0 = as fast as it can"
+)
+@click.option("--ring", type=int, default=264, show_default=True, help="ring slots over UDP")
+@click.option(
+    "--serial-ring", type=int, default=232, show_default=True, help="over serial (its COBS buffer takes heap)"
+)
+@click.option("--size", type=int, default=64, show_default=True)
+@click.option("--transports", default="udp,serial", show_default=True)
+@click.option("--no-costs", is_flag=True)
+def main(
+    seconds: float, repeat: int, frames: int, rates: str, ring: int, serial_ring: int, size: int,
+    transports: str, no_costs: bool,
+) -> None:  # fmt: skip
+    """Events/s and CPU of one unix-port board over UDP and serial, medians of --repeat runs."""
     print("both transports, default config:", ready_heap(), flush=True)
-    if not a.no_costs:
+    if not no_costs:
         print("costs (us):", json.dumps(costs()), flush=True)
-    for transport in a.transports.split(","):
-        for rate in (int(r) for r in a.rates.split(",")):
-            ring = a.ring if transport == "udp" else a.serial_ring
-            runs = [run(transport, rate, a.seconds, a.frames, ring, a.size) for _ in range(a.repeat)]
+    for transport in transports.split(","):
+        for rate in (int(r) for r in rates.split(",")):
+            slots = ring if transport == "udp" else serial_ring
+            runs = [run(transport, rate, seconds, frames, slots, size) for _ in range(repeat)]
             for r in runs:
                 print("  run", json.dumps(r), flush=True)
             med = dict(runs[0])
