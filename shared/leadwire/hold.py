@@ -47,7 +47,9 @@ class HoldingPollClient(PollClient):
             gap = self._gap()
             if 0 < gap <= max_events:
                 if self.pipeline and max_frames > 1 and self.state == POLLING and not self.hello_due:
-                    end = self._held_end(max_frames)
+                    # (not after a mispredicted answer: the gap's answer may be on its way, later than
+                    # the second POLL's; asking for both again would bring both twice)
+                    end = None if self.repoll else self._held_end(max_frames)
                 max_events, max_frames = gap, 1  # just the gap: the held frames go on from it
         f = super().next_request(max_events, max_bytes, max_frames)
         if f.type == wire.POLL:
