@@ -506,6 +506,8 @@ def build_tables(
     dates: DateRange | None = None,
     keep: Any = None,
     cut: Any = None,
+    exact_max_values: int = T.EXACT_MAX_VALUES,
+    log: Any = None,
 ) -> dict[str, DataFrame]:
     """All output tables as DataFrames over ONE scan and ONE exchange of the arrivals.
 
@@ -517,38 +519,59 @@ def build_tables(
     (run_job: computed once and its lineage cut, so that the plans of the tables read from it stay
     small: with the whole per-arrival plan under every join, planning them cost more than running
     them). Everything else reads those results: thousands of rows, not millions.
+
+    Fleet-level latency percentiles (latency, summary, by_firmware, by_transport) are exact for
+    groups of at most exact_max_values values and approximate above (transforms.APPROX_ACCURACY).
+    Which groups are large, and whether any lead domain can be longer than a bucket (then both
+    lead-domain passes run in bounded pieces), comes from profile_input (one small job).
     """
     keep = keep or (lambda df: df)
     cut = cut or (lambda df: df)
+    log = log or (lambda msg: None)
     dates = dates or DateRange()
     since, until = dates.since_us(), dates.until_us()
     # the first lead-domain pass (bounded buckets) keeps every arrival column: it is what the
     # windows, the carried state and the latency all read, so it is the one persisted
-    dev = keep(T.transform_lead_buckets(by_device(inputs.arrivals, window_seconds)))
-    rows = T.transform_order(T.transform_lead_carry(dev)).where(T.in_range(F.col("rx_us"), since, until))
+    span, big = profile_input(inputs.arrivals, since, until, exact_max_values)
+    if span > 1 << T.BUCKET_BITS:
+        # a lead domain may be longer than a bucket: both passes in bounded pieces; the first one
+        # keeps every arrival column: the carried state, the second pass and the latency read it
+        dev = keep(T.transform_lead_buckets(by_device(inputs.arrivals, window_seconds), T.BUCKET_BITS))
+        rows = T.transform_order(T.transform_lead_carry(dev), T.BUCKET_BITS)
+    else:  # no device has more arrivals than a bucket holds: one window per domain, fewer steps
+        dev = keep(by_device(inputs.arrivals, window_seconds))
+        rows = T.transform_order(T.transform_leads(dev, None), None)
+    log(
+        "lead domains: %s (largest device: %d arrivals)"
+        % ("in buckets" if span > 1 << T.BUCKET_BITS else "whole", span)
+    )
+    log(
+        "latency percentiles approximate for %s"
+        % (", ".join("%s %s %s" % g for g in sorted(big, key=str)) or "no group")
+    )
+    rows = rows.where(T.in_range(F.col("rx_us"), since, until))
     values = T.transform_latency_values(dev.where(T.in_range(F.col("rx_us"), since, until)))
     started = F.unix_micros("started_ts")
-    stage = cut(
-        T.transform_stack(
-            {
-                "cw": T.transform_channel_windows(rows, with_mismatches=True),
-                "lat_dev": T.transform_device_latency(values),
-                "lat": T.transform_latency_counts(values),
-                # recoveries and restarts (small inputs) in the same job: one job, not three
-                "rec": T.transform_recoveries(
-                    inputs.losses.where(T.in_range(started, since, until)), window_seconds
-                ),
-                "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
-            }
-        )
-    )
+    parts = {
+        "cw": T.transform_channel_windows(rows, with_mismatches=True),
+        "lat_dev": T.transform_device_latency(values),
+        "lat": T.transform_latency_counts(values),
+        # recoveries and restarts (small inputs) in the same job: one job, not three
+        "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
+        "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
+    }
+    approx = T.transform_latency_groups(values, big)
+    if approx is not None:  # counts and approximate percentiles of the large fleet-level groups
+        parts["lat_grp"] = approx
+    stage = cut(T.transform_stack(parts))
     cw = T.transform_unstack(stage, "cw", T.CHANNEL_WINDOW_COLS)
     lat_dev = T.transform_unstack(stage, "lat_dev", ["device_id", *T.LATENCY_WIDE])
     lat = T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS)
+    groups = T.transform_unstack(stage, "lat_grp", T.LATENCY_GROUP_COLS) if "lat_grp" in parts else None
     rec = T.transform_unstack(stage, "rec", T.RECOVERY_COLS)
     rst = T.transform_unstack(stage, "rst", T.RESTART_COLS)
     devices = cut(T.transform_devices(cw, rec, rst, lat_dev))
-    fleet_latency = T.transform_fleet_latency(lat)
+    fleet_latency = T.transform_fleet_latency(lat, groups, big)
     return {
         "_by_device": dev,
         # the rows that disagree with the bridge (usually none) came with the channel windows:
@@ -562,12 +585,52 @@ def build_tables(
         "restarts": rst,
         "devices": devices,
         "worst_devices": T.transform_worst(devices, worst_n),
-        "by_firmware": T.transform_compare(cw, rec, rst, lat, "firmware_version"),
-        "by_transport": T.transform_compare(cw, rec, rst, lat, "transport"),
+        "by_firmware": T.transform_compare(cw, rec, rst, lat, "firmware_version", groups, big),
+        "by_transport": T.transform_compare(cw, rec, rst, lat, "transport", groups, big),
         "loss_over_time": T.transform_loss_over_time(cw, rec, rst),
         "latency": fleet_latency,
         "summary": T.transform_summary(devices, fleet_latency),
     }
+
+
+def profile_input(
+    arrivals: DataFrame, since: int | None, until: int | None, exact_max: int
+) -> tuple[int, set[tuple[str, str | None, str]]]:
+    """One small job over the arrivals read (one narrow scan, one aggregation to a row per device,
+    bridge, firmware and transport, added up on the driver): the most arrivals a device can have
+    in one lead domain (the span of its `arrival` counter, summed over its bridges), and the
+    fleet-level latency groups (kind, key, metric) of the counted rows with more than exact_max
+    values (transforms.transform_latency_groups)."""
+    counted = T.in_range(F.unix_micros("host_rx_ts"), since, until)
+    prof = (
+        arrivals.withColumn("_in", counted)
+        .groupBy("device_id", "bridge_id", "firmware_version", "transport")
+        .agg(
+            F.expr("min(arrival) AS lo"),
+            F.expr("max(arrival) AS hi"),
+            F.expr("count_if(_in) AS n"),
+            F.expr("count_if(_in AND gen_ts IS NOT NULL) AS n_gen"),
+        )
+        .toArrow()
+        .to_pylist()
+    )
+    lo: dict[tuple[str, str], int] = {}
+    hi: dict[tuple[str, str], int] = {}
+    n: dict[tuple[str, str | None, str], int] = {}
+    for r in prof:
+        k = (r["device_id"], r["bridge_id"])
+        lo[k], hi[k] = min(lo.get(k, r["lo"]), r["lo"]), max(hi.get(k, r["hi"]), r["hi"])
+        for kind, key in (
+            ("firmware_version", r["firmware_version"]),
+            ("transport", r["transport"]),
+            ("fleet", None),
+        ):
+            for metric, c in (("rx_to_commit", r["n"]), ("gen_to_rx", r["n_gen"])):
+                n[(kind, key, metric)] = n.get((kind, key, metric), 0) + c
+    span: dict[str, int] = {}
+    for (dev, _), low in lo.items():
+        span[dev] = span.get(dev, 0) + hi[(dev, _)] - low + 1
+    return max(span.values(), default=0), {g for g, c in n.items() if c > exact_max}
 
 
 # Sort keys of the tables: the driver sorts the small ones (no global sort in Spark); the oracle
@@ -658,13 +721,15 @@ def run_job(
     progress: Progress | bool = True,
     shuffle_partitions: int | None = None,
     driver_memory: str = "4g",
+    exact_max_values: int = T.EXACT_MAX_VALUES,
 ) -> dict[str, Any]:
     """Analyse the export at input_dir, write tables and report to out_dir, return the summary.
 
     input_dir and out_dir are Hadoop URIs (scheme-less: the default filesystem). date_from /
     date_to bound the rows counted (inclusive dates); lookback_days / lookahead_days bound what is
     read around them (DateRange). daily=True: from the last date of the previous run into the same
-    out_dir (daily_range) on.
+    out_dir (daily_range) on. exact_max_values: fleet-level latency percentiles are exact for
+    groups of at most this many values, approximate above (build_tables).
 
     Raises BadInput for a missing path, a wrong schema, null keys or empty data. The returned dict
     holds the fleet summary numbers (see docs/fleet.md), plus 'mismatch_rows', 'seconds' and 'out_dir'.
@@ -713,7 +778,15 @@ def run_job(
             raise BadInput("a date range needs a window that divides a day (got %ds)" % window_seconds)
         try:
             return _run(
-                spark, input_dir, out_dir, dates, window_seconds, worst_n, report, prog, (keep, cut), t0
+                spark,
+                input_dir,
+                out_dir,
+                dates,
+                (window_seconds, worst_n, exact_max_values),
+                report,
+                prog,
+                (keep, cut),
+                t0,
             )
         except BadInput:
             raise
@@ -735,20 +808,29 @@ def _run(
     input_dir: str,
     out_dir: str,
     dates: DateRange,
-    window_seconds: int,
-    worst_n: int,
+    sizes: tuple[int, int, int],
     report: bool,
     prog: Progress,
     hooks: tuple[Any, Any],
     t0: float,
 ) -> dict[str, Any]:
+    window_seconds, worst_n, exact_max = sizes
     with prog.stage("extract %s%s" % (input_dir, dates.describe())):
         inputs = extract(spark, input_dir, dates, prog)
         last_input_date = (_list_dates(spark, _join(input_dir, "arrivals")) or [None])[-1]
     with prog.stage("leads, ordering, channel windows, devices (one scan, one shuffle)"):
         import pyarrow.compute as pc
 
-        tables = build_tables(inputs, window_seconds, worst_n, dates, keep=hooks[0], cut=hooks[1])
+        tables = build_tables(
+            inputs,
+            window_seconds,
+            worst_n,
+            dates,
+            keep=hooks[0],
+            cut=hooks[1],
+            exact_max_values=exact_max,
+            log=lambda msg: prog.log("  " + msg),
+        )
         tables["_by_device"].unpersist()  # the stage is computed: the arrivals are not read again
         devices = _sorted(tables["devices"].toArrow(), ["device_id"])
         nrows = int(pc.sum(devices.column("messages")).as_py() or 0)

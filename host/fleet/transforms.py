@@ -24,6 +24,8 @@ The definitions (see docs/fleet.md for the long form):
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -34,6 +36,15 @@ LEAD_KEY = ["device_id", "boot_epoch", "kind", "session", "lead_channel"]
 DIMS = ["device_id", "kind", "channel", "firmware_version", "transport", "window_start"]
 LATENCY_METRICS = ("rx_to_commit", "gen_to_rx")
 PERCENTILES = (0.5, 0.95, 0.99)
+# Fleet-level latency percentiles (the `latency` table, the summary's and by_firmware's /
+# by_transport's <metric>_p<q>_us) are exact for a group of at most EXACT_MAX_VALUES values and
+# approximate above it: Spark's percentile_approx with accuracy APPROX_ACCURACY, whose answer is
+# a value of the group whose rank differs from the exact rank p*n by at most n / APPROX_ACCURACY
+# (0.01% of the group). Exact percentiles keep every distinct value of the group in one map on
+# one task (no spill); the approximation keeps a bounded sketch per task. Per-device percentiles
+# stay exact (docs/fleet.md, Scale).
+EXACT_MAX_VALUES = 1 << 20  # 1,048,576
+APPROX_ACCURACY = 10_000
 # Lead histogram buckets: (label, lower bound inclusive, upper bound inclusive), in plot order.
 LEAD_BUCKETS: tuple[tuple[str, int | None, int | None], ...] = (
     ("<=-100", None, -100),
@@ -98,6 +109,9 @@ RESTART_DIMS = ["device_id", "firmware_version", "transport", "window_start"]
 RESTART_COLS = [*RESTART_DIMS, "boots_seen", "restarts", "detected_by_recovery"]
 LATENCY_VALUE_COLS = ["device_id", "firmware_version", "transport", "metric", "value_us", "n"]
 LATENCY_COUNT_COLS = ["firmware_version", "transport", "metric", "value_us", "n"]
+# transform_latency_groups: `_set` is the group kind (firmware_version, transport or fleet), the
+# other dimension is null; _pa: approximate p50, p95, p99
+LATENCY_GROUP_COLS = ["_set", "firmware_version", "transport", "metric", "n", "_pa"]
 LATENCY_COLS = ["metric", "n", *("p%g" % (p * 100) for p in PERCENTILES)]
 LATENCY_WIDE = ["%s_p%g_us" % (m, p * 100) for m in LATENCY_METRICS for p in PERCENTILES]
 DEVICE_COLS = [
@@ -212,6 +226,7 @@ def _wrap_diff_sql(a: str, b: str) -> str:
 
 _FROM_START = "ROWS BETWEEN UNBOUNDED PRECEDING AND %s"
 _DOMAIN_KEYS = ["domain_hash", *LEAD_KEY]
+_WHOLE_DOMAIN = "PARTITION BY %s" % ", ".join(_bq(_DOMAIN_KEYS))
 # A lead domain (one device boot's event ring, one report channel of a push session) can hold a
 # large share of all rows (a device that never reboots). Spark's window operator buffers each of
 # its partitions whole, so neither window pass is partitioned by the domain alone: the first by
@@ -235,8 +250,9 @@ def _carry_join(rows: DataFrame, carry: DataFrame, keys: list[str]) -> DataFrame
 def transform_lead_buckets(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
     """Step 1 of transform_leads: arrival order within (domain, arrival bucket): position, the seq
     unwrapped from the bucket's first arrival (`_l`: running sum of wrap-safe differences, 0 for the
-    first row), and the largest `_l` before each row (`_lmax`). Keeps every ARRIVAL_COLS column
-    (the job persists this and reads the latency columns from it too)."""
+    first row), the largest `_l` before each row (`_lmax`), and which row is the bucket's last.
+    Keeps every ARRIVAL_COLS column (the job persists this and reads the latency columns from it
+    too)."""
     df = df.selectExpr(
         *_bq(ARRIVAL_COLS),
         "xxhash64(%s) AS domain_hash" % ", ".join(_bq(LEAD_KEY)),
@@ -248,7 +264,13 @@ def transform_lead_buckets(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> Dat
     )
     step = "CASE WHEN _prev IS NULL THEN CAST(0 AS BIGINT) ELSE %s END" % _wrap_diff_sql("seq", "_prev")
     # one select per Window operator: expressions sharing a select and a window spec share a pass
-    df = df.selectExpr("*", "row_number() OVER (%s) AS _pos" % spec, "lag(seq, 1) OVER (%s) AS _prev" % spec)
+    df = df.selectExpr(
+        "*",
+        "row_number() OVER (%s) AS _pos" % spec,
+        "lag(seq, 1) OVER (%s) AS _prev" % spec,
+        # the bucket's last row (seq is never null): its summary is read from it and the first row
+        "lead(seq, 1) OVER (%s) IS NULL AS _is_last" % spec,
+    )
     df = df.selectExpr("*", "sum(%s) OVER (%s %s) AS _l" % (step, spec, _FROM_START % "CURRENT ROW"))
     return df.selectExpr("*", "max(_l) OVER (%s %s) AS _lmax" % (spec, _FROM_START % "1 PRECEDING"))
 
@@ -260,12 +282,17 @@ def transform_lead_carry(df: DataFrame) -> DataFrame:
     seq), the rows before it (`_pos0`) and the largest useq before it (`_max0`). Then pos, useq
     and lead_calc of every row equal those of one window over the whole domain."""
     keys = [*_DOMAIN_KEYS, "_abucket"]
-    summ = df.groupBy(*keys).agg(
-        F.expr("count(1) AS _n"),
-        F.expr("min_by(seq, _pos) AS _first"),
-        F.expr("max_by(seq, _pos) AS _last"),
-        F.expr("max_by(_l, _pos) AS _llast"),
-        F.expr("max(_l) AS _lmax_b"),
+    # from the first and the last row of each bucket only (a filter, not an aggregation of every row)
+    summ = (
+        df.where("_pos = 1 OR _is_last")
+        .groupBy(*keys)
+        .agg(
+            F.expr("max(_pos) AS _n"),
+            F.expr("min_by(seq, _pos) AS _first"),
+            F.expr("max_by(seq, _pos) AS _last"),
+            F.expr("max_by(_l, _pos) AS _llast"),
+            F.expr("max(greatest(_l, _lmax)) AS _lmax_b"),
+        )
     )
     spec = "PARTITION BY %s ORDER BY _abucket" % ", ".join(_bq(_DOMAIN_KEYS))
     before = "%s %s" % (spec, _FROM_START % "1 PRECEDING")
@@ -291,7 +318,7 @@ def transform_lead_carry(df: DataFrame) -> DataFrame:
     )
 
 
-def transform_leads(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
+def transform_leads(df: DataFrame, bucket_bits: int | None = BUCKET_BITS) -> DataFrame:
     """Spec 000 lead recomputed from arrival order per lead domain, wrap-safe at 2^32: pos
     (row_number), useq (first seq + running sum of wrap-safe differences) and lead_calc (useq -
     max useq before; 1 for the first arrival), in bounded pieces (transform_lead_buckets, then
@@ -299,11 +326,44 @@ def transform_leads(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
     columns follow), but the sorts compare a long prefix instead of strings.
 
     Run it on transform_by_device output: the windows then reuse that partitioning (no shuffle).
+    bucket_bits None: one window per whole domain (fewer operators: what the job runs when no
+    device has more than 2^BUCKET_BITS arrivals, so that no domain can exceed one bucket).
     """
+    if bucket_bits is None:
+        return _leads_whole(df)
     return transform_lead_carry(transform_lead_buckets(df, bucket_bits))
 
 
-def transform_order(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
+def _leads_whole(df: DataFrame) -> DataFrame:
+    """transform_leads with one window per whole domain."""
+    df = df.selectExpr(*_bq(DOMAIN_COLS), "xxhash64(%s) AS domain_hash" % ", ".join(_bq(LEAD_KEY)))
+    by_arrival = "%s ORDER BY %s" % (_WHOLE_DOMAIN, ", ".join(ARRIVAL_ORDER))
+    step = "CASE WHEN _prev IS NULL THEN seq ELSE %s END" % _wrap_diff_sql("seq", "_prev")
+    df = df.selectExpr(
+        "*", "row_number() OVER (%s) AS pos" % by_arrival, "lag(seq, 1) OVER (%s) AS _prev" % by_arrival
+    )
+    df = df.selectExpr("*", "sum(%s) OVER (%s %s) AS useq" % (step, by_arrival, _FROM_START % "CURRENT ROW"))
+    last_max = "max(useq) OVER (%s %s)" % (by_arrival, _FROM_START % "1 PRECEDING")
+    return df.selectExpr(
+        *_bq(LEAD_COLS[:-1]), "coalesce(useq - %s, CAST(1 AS BIGINT)) AS lead_calc" % last_max
+    )
+
+
+def _order_whole(df: DataFrame) -> DataFrame:
+    """transform_order's window columns with one window per whole domain."""
+    by_seq = "%s ORDER BY useq DESC, %s" % (_WHOLE_DOMAIN, ", ".join("%s ASC" % c for c in ARRIVAL_ORDER))
+    above_rows = "%s %s" % (by_seq, _FROM_START % "1 PRECEDING")
+    whole = "%s ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING" % by_seq
+    return df.selectExpr(
+        *_bq(LEAD_COLS),
+        "lag(useq, 1) OVER (%s) AS _above" % by_seq,
+        "last(CASE WHEN lead_calc > 0 THEN pos END, true) OVER (%s) AS _over_pos" % above_rows,
+        "last(CASE WHEN lead_calc > 0 THEN rx_us END, true) OVER (%s) AS _over_rx" % above_rows,
+        "min(useq) OVER (%s) AS _min_useq" % whole,
+    )
+
+
+def transform_order(df: DataFrame, bucket_bits: int | None = BUCKET_BITS) -> DataFrame:
     """Duplicates, late arrivals, reorder depth, lateness and gaps never filled, per lead domain.
 
     One more sort, by useq descending then arrival, within (domain, useq bucket): the row before a
@@ -312,8 +372,26 @@ def transform_order(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
     row of a bucket and rows with no overtaking arrival in their bucket, both come from the
     buckets above (carried: the lowest useq of the next bucket up, the lowest-useq arrival with
     lead > 0 of the nearest bucket up that has one), and the domain's lowest useq (report head)
-    from all its buckets.
+    from all its buckets. bucket_bits None: one window per whole domain (as transform_leads).
     """
+    df = _order_whole(df) if bucket_bits is None else _order_buckets(df, bucket_bits)
+    df = df.selectExpr("*", "coalesce(_above = useq, false) AS dup_calc")
+    late = "(NOT dup_calc AND lead_calc < 0)"
+    return df.selectExpr(
+        *_bq(LEAD_COLS),
+        "dup_calc",
+        "%s AS late" % late,
+        "CASE WHEN %s THEN -lead_calc ELSE CAST(0 AS BIGINT) END AS lateness_seq" % late,
+        "CASE WHEN %s THEN pos - _over_pos ELSE 0 END AS reorder_depth" % late,
+        "CASE WHEN %s THEN rx_us - _over_rx ELSE 0 END AS lateness_us" % late,
+        "CASE WHEN NOT dup_calc AND _above IS NOT NULL THEN _above - useq - 1 ELSE 0 END AS gap_after",
+        "CASE WHEN NOT dup_calc AND kind = 'report' AND useq = _min_useq THEN greatest(useq - 1, 0) "
+        "ELSE 0 END AS report_head_missing",
+    ).selectExpr(*_bq(ROW_COLS))
+
+
+def _order_buckets(df: DataFrame, bucket_bits: int) -> DataFrame:
+    """transform_order's window columns per (domain, useq bucket) with the carried state."""
     keys = [*_DOMAIN_KEYS, "_ubucket"]
     df = df.selectExpr(*_bq(LEAD_COLS), "shiftright(useq, %d) AS _ubucket" % bucket_bits)
     by_seq = "PARTITION BY %s ORDER BY useq DESC, %s" % (
@@ -343,26 +421,13 @@ def transform_order(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
         "last(_over_rx_b, true) OVER (%s %s) AS _over_rx_c" % (down, _FROM_START % "1 PRECEDING"),
         "min(_min_b) OVER (PARTITION BY %s) AS _min_useq" % ", ".join(_bq(_DOMAIN_KEYS)),
     )
-    df = _carry_join(local, carry, keys).selectExpr(
+    return _carry_join(local, carry, keys).selectExpr(
         *_bq(LEAD_COLS),
-        "_min_useq",
         "coalesce(_above_l, _next_min) AS _above",
         "coalesce(_over_pos_l, _over_pos_c) AS _over_pos",
         "coalesce(_over_rx_l, _over_rx_c) AS _over_rx",
+        "_min_useq",
     )
-    df = df.selectExpr("*", "coalesce(_above = useq, false) AS dup_calc")
-    late = "(NOT dup_calc AND lead_calc < 0)"
-    return df.selectExpr(
-        *_bq(LEAD_COLS),
-        "dup_calc",
-        "%s AS late" % late,
-        "CASE WHEN %s THEN -lead_calc ELSE CAST(0 AS BIGINT) END AS lateness_seq" % late,
-        "CASE WHEN %s THEN pos - _over_pos ELSE 0 END AS reorder_depth" % late,
-        "CASE WHEN %s THEN rx_us - _over_rx ELSE 0 END AS lateness_us" % late,
-        "CASE WHEN NOT dup_calc AND _above IS NOT NULL THEN _above - useq - 1 ELSE 0 END AS gap_after",
-        "CASE WHEN NOT dup_calc AND kind = 'report' AND useq = _min_useq THEN greatest(useq - 1, 0) "
-        "ELSE 0 END AS report_head_missing",
-    ).selectExpr(*_bq(ROW_COLS))
 
 
 def _bucket_sql(lead: str, i: int) -> str:
@@ -500,6 +565,48 @@ def transform_latency_counts(values: DataFrame) -> DataFrame:
         .agg(F.sum("n").cast("long").alias("n"))
         .select(*LATENCY_COUNT_COLS)
     )
+
+
+def transform_latency_groups(
+    values: DataFrame, big: Any, accuracy: int = APPROX_ACCURACY
+) -> DataFrame | None:
+    """The fleet-level groups too large for exact percentiles (`big`: (kind, key, metric)
+    triples, kind firmware_version, transport or fleet; key None for the fleet): their number of
+    latency values and approximate percentiles (percentile_approx, rank error at most
+    n / accuracy; partial sketches per task, then one small exchange). None when `big` is empty."""
+    pa = "percentile_approx(value_us, array(%s), %d) AS _pa" % (
+        ", ".join("%rD" % p for p in PERCENTILES),
+        accuracy,
+    )
+    out: DataFrame | None = None
+    for kind in ("firmware_version", "transport", "fleet"):
+        gate = latency_gate(big, kind)
+        if gate == "false":
+            continue
+        by = [] if kind == "fleet" else [kind]
+        d = (
+            values.where(gate)
+            .groupBy(*by, "metric")
+            .agg(F.expr("count(1) AS n"), F.expr(pa))
+            .selectExpr("'%s' AS _set" % kind, *by, "metric", "n", "_pa")
+        )
+        out = d if out is None else out.unionByName(d, allowMissingColumns=True)
+    return None if out is None else out.selectExpr(*_bq(LATENCY_GROUP_COLS))
+
+
+def latency_gate(groups: Any, kind: str) -> str:
+    """SQL condition on latency rows (metric, firmware_version, transport): the row belongs to one
+    of `groups`' (kind, key, metric) triples of this kind."""
+    keys = sorted((k or "", m) for s, k, m in groups if s == kind)
+    if kind == "fleet":
+        conds = ["metric = %s" % _sq(m) for _, m in keys]
+    else:
+        conds = ["(`%s` = %s AND metric = %s)" % (kind, _sq(k), _sq(m)) for k, m in keys]
+    return "(%s)" % " OR ".join(conds) if conds else "false"
+
+
+def _sq(text: str) -> str:
+    return "'%s'" % text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def transform_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
@@ -658,9 +765,12 @@ def _rates() -> list[Column]:
     ]
 
 
-def _latency_pivot(value: str = "value_us", weight: str = "n") -> list[Column]:
+def _latency_pivot(value: str = "value_us", weight: str = "n", approx: bool = False) -> list[Column]:
     """<metric>_p<q>_us of the (metric, value, weight) rows in the group, as aggregate
-    expressions (rows of other sources have null values and are ignored by percentile)."""
+    expressions (rows of other sources have null values and are ignored by percentile).
+    approx: where the exact one is null (a group too large for exact percentiles: its multiset
+    rows were left out), the approximate one of its transform_latency_groups row (`_am` metric,
+    `_pa` percentiles)."""
     out = []
     for m in LATENCY_METRICS:
         this = "metric = '%s'" % m
@@ -671,7 +781,11 @@ def _latency_pivot(value: str = "value_us", weight: str = "n") -> list[Column]:
             this,
             weight,
         )
-        out.extend(F.expr("%s[%d] AS %s_p%g_us" % (pct, i, m, p * 100)) for i, p in enumerate(PERCENTILES))
+        for i, p in enumerate(PERCENTILES):
+            e = "%s[%d]" % (pct, i)
+            if approx:
+                e = "coalesce(%s, CAST(max(CASE WHEN _am = '%s' THEN _pa[%d] END) AS DOUBLE))" % (e, m, i)
+            out.append(F.expr("%s AS %s_p%g_us" % (e, m, p * 100)))
     return out
 
 
@@ -726,21 +840,29 @@ def transform_worst(devices: DataFrame, n: int = 10) -> DataFrame:
     return top.withColumn("rank", F.row_number().over(Window.orderBy(*order))).select(*WORST_COLS)
 
 
-def transform_compare(cw: DataFrame, rec: DataFrame, rst: DataFrame, lat: DataFrame, dim: str) -> DataFrame:
+def transform_compare(
+    cw: DataFrame,
+    rec: DataFrame,
+    rst: DataFrame,
+    lat: DataFrame,
+    dim: str,
+    groups: DataFrame | None = None,
+    big: Any = (),
+) -> DataFrame:
     """Fleet metrics side by side for each value of `dim` (firmware_version or transport): one
-    aggregation of _roll_source with the latency multiset (`lat`: transform_latency_counts)."""
-    src = _roll_source(
-        cw,
-        rec,
-        rst,
-        [*COMPARE_SUMS, "reorder_depth_max"],
-        lat.selectExpr(dim, "metric", "value_us", "n AS _n"),
-    )
+    aggregation of _roll_source with the latency multiset (`lat`: transform_latency_counts).
+    `big`, `groups`: the groups too large for exact percentiles and their approximate ones
+    (transform_latency_groups); the others are exact."""
+    exact_rows = "NOT %s" % latency_gate(big, dim)
+    extra = [lat.where(exact_rows).selectExpr(dim, "metric", "value_us", "n AS _n")]
+    if groups is not None:
+        extra.append(groups.where("_set = '%s'" % dim).selectExpr(dim, "metric AS _am", "_pa"))
+    src = _roll_source(cw, rec, rst, [*COMPARE_SUMS, "reorder_depth_max"], *extra)
     out = src.groupBy(dim).agg(
         F.expr("CAST(size(collect_set(CASE WHEN _cw THEN device_id END)) AS BIGINT) AS devices"),
         *(_sum0(c) for c in [*COMPARE_SUMS, "boots_seen", "restarts", *_RECOVERY_ROLL]),
         *(_max0(c) for c in ["reorder_depth_max", "recovery_us_max"]),
-        *_latency_pivot(weight="_n"),
+        *_latency_pivot(weight="_n", approx=groups is not None),
     )
     return out.select("*", *_rates()).selectExpr(
         *_bq(
@@ -768,9 +890,27 @@ def transform_loss_over_time(cw: DataFrame, rec: DataFrame, rst: DataFrame) -> D
     return out.select("*", _ratiox("lost", "`unique` + lost", "loss_rate")).selectExpr(*_bq(LOSS_TIME_COLS))
 
 
-def transform_fleet_latency(lat: DataFrame) -> DataFrame:
-    """Fleet-wide exact latency percentiles per metric."""
-    return transform_percentiles(lat, []).select(*LATENCY_COLS)
+def transform_fleet_latency(lat: DataFrame, groups: DataFrame | None = None, big: Any = ()) -> DataFrame:
+    """Fleet-wide latency percentiles per metric: exact (from the multiset `lat`), approximate for
+    the metrics in `big` (from `groups`, as transform_compare)."""
+    if groups is None:
+        return transform_percentiles(lat, []).select(*LATENCY_COLS)
+    exact_rows = lat.where("NOT %s" % latency_gate(big, "fleet")).selectExpr("metric", "value_us", "n")
+    src = exact_rows.unionByName(
+        groups.where("_set = 'fleet'").selectExpr("metric", "n AS _gn", "_pa"), allowMissingColumns=True
+    )
+    pct = "percentile(value_us, array(%s), n)" % ", ".join("%rD" % p for p in PERCENTILES)
+    return (
+        src.groupBy("metric")
+        .agg(
+            F.expr("CAST(coalesce(max(_gn), sum(n)) AS BIGINT) AS n"),
+            *(
+                F.expr("coalesce(%s[%d], CAST(max(_pa[%d]) AS DOUBLE)) AS p%g" % (pct, i, i, p * 100))
+                for i, p in enumerate(PERCENTILES)
+            ),
+        )
+        .select(*LATENCY_COLS)
+    )
 
 
 SUMMARY_COLS = [

@@ -6,6 +6,7 @@ buffer forced to spill: every table equals the DuckDB oracle, the summary the gr
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def test_hot_device_holds_half_the_rows_in_one_lead_domain() -> None:
 
 @pytest.fixture(scope="module")
 def skew_run(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, object, dict]]:
-    from leadwire.fleet.job import run_job
+    from leadwire.fleet.job import Progress, run_job
 
     base = tmp_path_factory.mktemp("skew")
     tables, truth = generate(_cfg())
@@ -59,9 +60,26 @@ def skew_run(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     old = {k: spark.conf.get(k, None) for k in keys}
     for k, v in keys.items():
         spark.conf.set(k, v)
+    # buckets of 2^10 arrivals: the hot domain (~8,000 rows) is processed in pieces with carried
+    # state, as a 1.5M-row domain is with the job's 2^16
+    from leadwire.fleet import transforms
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(transforms, "BUCKET_BITS", 10)
     try:
-        summary = run_job(str(base / "export"), str(base / "out"), spark, report=False, progress=False)
+        # fleet-level latency groups of more than 1,000 values get approximate percentiles
+        log = io.StringIO()
+        summary = run_job(
+            str(base / "export"),
+            str(base / "out"),
+            spark,
+            report=False,
+            progress=Progress(stream=log, tick=1e9),
+            exact_max_values=1000,
+        )
+        assert "lead domains: in buckets" in log.getvalue()
     finally:
+        mp.undo()
         for k, v in old.items():
             if v is None:
                 spark.conf.unset(k)
@@ -73,15 +91,20 @@ def skew_run(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
 @pytest.mark.spark
 def test_skewed_fleet_equals_truth_and_oracle(skew_run) -> None:
     pytest.importorskip("duckdb")
+    from leadwire.fleet.columns import check_fleet_latency, without_approx
     from leadwire.fleet.job import TABLE_ORDER
     from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
+    from leadwire.fleet.transforms import APPROX_ACCURACY
 
     export, out, truth, s = skew_run
     t = truth.totals
     for got_key, want_key in {**SUMMARY_TRUTH, "devices": "devices"}.items():
         assert s[got_key] == t[want_key], got_key
-    assert s["rx_to_commit_p50_us"] == pytest.approx(t["latency_rx_to_commit_p50_us"])
-    assert s["gen_to_rx_p99_us"] == pytest.approx(t["latency_gen_to_rx_p99_us"])
     got = read_job_tables(str(out), TABLE_ORDER)
     want = run_oracle(str(export))
-    assert compare_tables(got, want, TABLE_ORDER) == []
+    # the oracle's percentiles are exact: every other cell equal; the fleet-level percentiles
+    # exact for groups of <= 1,000 values, within the stated rank error for the others
+    assert compare_tables(without_approx(got), without_approx(want), TABLE_ORDER) == []
+    assert check_fleet_latency(str(export), got, 1000, APPROX_ACCURACY) == []
+    assert got["latency"]["n"].min() > 1000  # the fleet groups were approximate
+    # (per-device percentiles stay exact: `devices` is among the tables equal to the oracle's)

@@ -428,8 +428,8 @@ def test_a_device_that_moved_between_bridge_shards_orders_by_arrival_then_bridge
 def test_bucketed_lead_domains_equal_one_window_per_domain(spark: SparkSession, bits: int) -> None:
     # issue 15 point 6: both lead-domain passes run per (domain, bucket) with carried prefix state.
     # With 2^bits arrivals / seq values per bucket (1, 2, 8: most buckets cut a domain, many rows
-    # are the first of their bucket), every per-arrival value equals the one-bucket run (2^62
-    # counters per bucket: one window over the whole domain, the former plan): wraps past 2^32,
+    # are the first of their bucket), every per-arrival value equals one window over the whole
+    # domain (bucket_bits None, the plan for fleets without long domains): wraps past 2^32,
     # duplicates, late arrivals, gaps, report heads, a device that moved between bridge shards.
     from leadwire.fleet.synth import SynthConfig, generate
 
@@ -444,7 +444,60 @@ def test_bucketed_lead_domains_equal_one_window_per_domain(spark: SparkSession, 
     )
     for src in (hand, synth):
         arr = T.transform_by_device(T.transform_arrivals(src))
-        one = T.transform_order(T.transform_leads(arr, 62), 62)
+        one = T.transform_order(T.transform_leads(arr, None), None)  # one window per whole domain
         cut = T.transform_order(T.transform_leads(arr, bits), bits)
         assert cut.count() == one.count() > 0
         assert cut.exceptAll(one).count() == 0 and one.exceptAll(cut).count() == 0
+
+
+def test_fleet_percentiles_exact_when_small_approximate_within_the_stated_rank_error(
+    spark: SparkSession,
+) -> None:
+    # issue 15 point 6: a fleet-level group of at most `exact_max` values gets exact percentiles
+    # (numpy's linear interpolation), a larger one percentile_approx, whose answer's rank is within
+    # n / accuracy of p * n. Here: firmware 1.0.0 (40 values) is small, 2.0.0 (2,000) and the
+    # fleet are large; accuracy 100 allows a rank error of 20 (2,040 / 100) in the fleet.
+    rng = np.random.default_rng(7)
+    commit = rng.integers(0, 1_000_000, 2_040).tolist()
+    rows = stream(list(range(40)), device_id="a", firmware_version="1.0.0", transport="serial")
+    rows += stream(list(range(2_000)), device_id="b", firmware_version="2.0.0")
+    for r, c in zip(rows, commit, strict=True):
+        r["host_commit_ts"] = r["host_rx_ts"] + dt.timedelta(microseconds=c)
+    values = T.transform_latency_values(T.transform_arrivals(arrivals_df(spark, rows)))
+    big = {("fleet", None, "rx_to_commit"), ("firmware_version", "2.0.0", "rx_to_commit")}
+    big.add(("transport", "udp", "rx_to_commit"))  # (job.profile_input finds these: > 1,000 values)
+    lat, groups = T.transform_latency_counts(values), T.transform_latency_groups(values, big, accuracy=100)
+    assert groups is not None
+    assert sorted((r["_set"], r["n"]) for r in groups.collect()) == [
+        ("firmware_version", 2_000),
+        ("fleet", 2_040),
+        ("transport", 2_000),
+    ]
+    fleet = T.transform_fleet_latency(lat, groups, big).collect()
+    assert [(r["metric"], r["n"]) for r in fleet] == [("rx_to_commit", 2_040)]  # no gen_ts: no gen_to_rx
+    cw = T.transform_channel_windows(rows_of(spark, rows))
+    rec, rst = (
+        T.transform_recoveries(table_df(spark, "losses", [])),
+        T.transform_restarts(table_df(spark, "boots", [])),
+    )
+    by_fw = {
+        r["firmware_version"]: r
+        for r in T.transform_compare(cw, rec, rst, lat, "firmware_version", groups, big).collect()
+    }
+    for q in (50, 95, 99):
+        small = np.sort(commit[:40])
+        assert by_fw["1.0.0"]["rx_to_commit_p%d_us" % q] == pytest.approx(
+            float(np.percentile(small, q)), rel=1e-12
+        )
+        for got, v in (
+            (by_fw["2.0.0"]["rx_to_commit_p%d_us" % q], commit[40:]),
+            (fleet[0]["p%d" % q], commit),
+        ):
+            v = np.sort(v)
+            n, p = len(v), q / 100
+            assert got in set(v.tolist())  # an order statistic, not an interpolation
+            assert np.searchsorted(v, got, "right") >= p * n - n / 100 - 1
+            assert np.searchsorted(v, got, "left") <= p * n + n / 100 + 1
+    # without groups: every percentile exact, as before (the oracle's definition)
+    whole = T.transform_fleet_latency(lat).collect()[0]
+    assert whole["p95"] == pytest.approx(float(np.percentile(commit, 95)), rel=1e-12)
