@@ -9,7 +9,6 @@
 # lists the frames a result came from, for callers that need each frame's header. Held frames are
 # dropped when n passes them some other way, on a RECOVERY and on a restart.
 #
-#
 # Depth two across a gap (with pipeline set): when the held frames are one run from the gap on and
 # the last of them says how many events the device still held (backlog) that the frames still due
 # can carry, the gap repoll also sets `ahead` to where that burst will end, so the caller sends a
