@@ -366,15 +366,12 @@ class DeviceClient:
                 return wire.E_FLAGS
             return wire.OK
         n = len(data)  # checked in place (read only): no copy
-        if data[0] & 0x1F == wire.HELLO and n > wire.OVERHEAD + (core_auth.AUTH_SIZE if signed else 0):
+        if wire.frame_type(data) == wire.HELLO and n > wire.OVERHEAD + (core_auth.AUTH_SIZE if signed else 0):
             code = ep.host_hello(data, n)
             if code == core_auth.HINT:
                 self.pc.ask_hello()  # a boot HELLO: proof of the key, not of freshness
                 return code
-            p = n - wire.CRC_SIZE - core_auth.AUTH_SIZE
-            if code == wire.E_REPLAY and ep.live and 0 < u32.diff(
-                int.from_bytes(data[p - 4 : p], "big"), int.from_bytes(ep.tx[5:9], "big")
-            ):
+            if code == wire.E_REPLAY and ep.newer_session(data, n):
                 # a HELLO answer with a newer session K than ours: a late copy of one of our older
                 # HELLO requests reached the device, which moved on to a session under that old
                 # nonce, whose frames we cannot take. Hand-shake again now rather than after three
