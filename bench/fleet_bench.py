@@ -60,6 +60,23 @@ def jvm_memory(spark: Any) -> str:
     return "JVM peak RSS %.0f MB, max heap %.0f MB" % (int(hwm) / 1024, heap / 2**20)
 
 
+def limit_duckdb(memory: str, spill_dir: str) -> None:
+    """Every DuckDB connection the oracle opens (in memory) gets a memory limit and spills to
+    spill_dir past it: beside a large Spark driver on one machine, DuckDB's default (80% of RAM)
+    got the 10M run OOM-killed."""
+    import duckdb
+
+    connect = duckdb.connect
+
+    def limited(*args: Any, **kwargs: Any) -> Any:
+        con = connect(*args, **kwargs)
+        con.execute("SET memory_limit = '%s'" % memory)
+        con.execute("SET temp_directory = '%s'" % spill_dir)
+        return con
+
+    duckdb.connect = limited
+
+
 def one(rows: int, out: str, spark: Any, threads: int, hot: float = 0.0) -> dict[str, Any]:
     export = os.path.join(out, "export-%d" % rows)
     result = os.path.join(out, "spark-%d" % rows)
@@ -202,9 +219,14 @@ def print_results(results: list[dict[str, Any]]) -> bool:
     help="extra Spark conf at session start (repeatable), as spark-submit --conf",
 )
 @click.option("--keep", is_flag=True, help="keep the generated export and Spark output")
+@click.option(
+    "--duckdb-memory", default=None, help="memory_limit of the DuckDB oracle, e.g. 6GB (spills to --out)"
+)
 def main(**o: Any) -> None:
     sizes = [*o["rows"], *o["more_rows"]] or [1_000_000, 10_000_000]
     os.makedirs(o["out"], exist_ok=True)
+    if o["duckdb_memory"]:
+        limit_duckdb(o["duckdb_memory"], os.path.join(o["out"], "duckdb-spill"))
     spark, jvm_s = start_session(o)
     print("[bench] spark session (%s) started in %.1fs" % (o["master"], jvm_s), flush=True)
     results = []
