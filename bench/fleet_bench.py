@@ -60,24 +60,9 @@ def jvm_memory(spark: Any) -> str:
     return "JVM peak RSS %.0f MB, max heap %.0f MB" % (int(hwm) / 1024, heap / 2**20)
 
 
-def limit_duckdb(memory: str, spill_dir: str) -> None:
-    """Every DuckDB connection the oracle opens (in memory) gets a memory limit and spills to
-    spill_dir past it: beside a large Spark driver on one machine, DuckDB's default (80% of RAM)
-    got the 10M run OOM-killed."""
-    import duckdb
-
-    connect = duckdb.connect
-
-    def limited(*args: Any, **kwargs: Any) -> Any:
-        con = connect(*args, **kwargs)
-        con.execute("SET memory_limit = '%s'" % memory)
-        con.execute("SET temp_directory = '%s'" % spill_dir)
-        return con
-
-    duckdb.connect = limited
-
-
-def one(rows: int, out: str, spark: Any, threads: int, hot: float = 0.0) -> dict[str, Any]:
+def one(
+    rows: int, out: str, spark: Any, threads: int, hot: float = 0.0, duck_memory: str | None = None
+) -> dict[str, Any]:
     export = os.path.join(out, "export-%d" % rows)
     result = os.path.join(out, "spark-%d" % rows)
     shutil.rmtree(export, ignore_errors=True)
@@ -101,7 +86,8 @@ def one(rows: int, out: str, spark: Any, threads: int, hot: float = 0.0) -> dict
     )
 
     t, c = time.monotonic(), time.process_time()
-    want = run_oracle(export, threads=threads)
+    spill = os.path.join(out, "duckdb-spill") if duck_memory else None
+    want = run_oracle(export, threads=threads, memory_limit=duck_memory, spill_dir=spill)
     duck_s = time.monotonic() - t
     duck_cpu = time.process_time() - c
     duck_load = os.getloadavg()[0]
@@ -225,14 +211,12 @@ def print_results(results: list[dict[str, Any]]) -> bool:
 def main(**o: Any) -> None:
     sizes = [*o["rows"], *o["more_rows"]] or [1_000_000, 10_000_000]
     os.makedirs(o["out"], exist_ok=True)
-    if o["duckdb_memory"]:
-        limit_duckdb(o["duckdb_memory"], os.path.join(o["out"], "duckdb-spill"))
     spark, jvm_s = start_session(o)
     print("[bench] spark session (%s) started in %.1fs" % (o["master"], jvm_s), flush=True)
     results = []
     try:
         for n in sizes:
-            results.append(one(n, o["out"], spark, o["threads"], o["hot_device_share"]))
+            results.append(one(n, o["out"], spark, o["threads"], o["hot_device_share"], o["duckdb_memory"]))
             if not o["keep"]:
                 shutil.rmtree(os.path.join(o["out"], "export-%d" % n), ignore_errors=True)
         mem = jvm_memory(spark)

@@ -279,9 +279,16 @@ def _quote(text: str) -> str:
 
 
 def run_oracle(
-    input_dir: str, window_seconds: int = 3600, worst_n: int = 10, threads: int | None = None
+    input_dir: str,
+    window_seconds: int = 3600,
+    worst_n: int = 10,
+    threads: int | None = None,
+    memory_limit: str | None = None,
+    spill_dir: str | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """The job's result tables computed by DuckDB from the export under input_dir."""
+    """The job's result tables computed by DuckDB (in memory) from the export under input_dir.
+    memory_limit (e.g. "6GB") caps DuckDB, which then spills to spill_dir: beside a large Spark
+    driver on one machine, its default (80% of RAM) got a 10M-row run OOM-killed."""
     import duckdb
 
     con = duckdb.connect()
@@ -289,6 +296,10 @@ def run_oracle(
         con.execute("SET TimeZone = 'UTC'")
         if threads:
             con.execute("SET threads = %d" % threads)
+        if memory_limit:
+            con.execute("SET memory_limit = %s" % _quote(memory_limit))
+        if spill_dir:
+            con.execute("SET temp_directory = %s" % _quote(spill_dir))
         con.execute(WRAPD_MACRO)
         for name, sql in TEMP_TABLES:
             con.execute("CREATE TEMP TABLE %s AS %s" % (name, _bind(sql, input_dir, window_seconds, worst_n)))
