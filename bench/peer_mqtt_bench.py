@@ -437,12 +437,14 @@ def lw_host(
     code: str | None, rto_min: float, max_bytes: int | None = None,
 ) -> Proc:  # fmt: skip
     """bench/peer_mqtt/lw_host.py polling the board on `link` (--board ADDR, or --serial PORT --baud B),
-    with the bridge code of `code` (--before) when given; no --rto-min then (before rtt.py: none)."""
+    with the bridge code of `code` (--before) when given; --rto-min for either code whose bridge has
+    it (host/bridge/rtt.py), so a pair runs with the same floor (a before tree without it has none)."""
+    rto = code is None or (Path(code) / "leadwire" / "bridge" / "rtt.py").exists()
     return Proc(
         [sys.executable, str(HERE / "lw_host.py"), *link, "--store", str(store), "--events", str(events),
          "--seconds", str(seconds), "--timeout", str(timeout), "--frames", str(frames),
          *(["--max-bytes", str(max_bytes)] if max_bytes else []), "--pipeline", str(int(pipeline)),
-         *(["--rto-min", str(rto_min)] if code is None else [])],
+         *(["--rto-min", str(rto_min)] if rto else [])],
         env={**os.environ, "PYTHONPATH": code} if code else None,
     )  # fmt: skip
 
