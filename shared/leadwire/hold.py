@@ -75,7 +75,7 @@ class HoldingPollClient(PollClient):
             if f is None:
                 break
             p = f.payload
-            if len(p) < 3 or not p[0]:
+            if len(p) < wire.BATCH_HEAD or not p[0]:  # count u8, backlog u16 (messages.py)
                 return None
             last = f
             end = (k + p[0] - 1) & 0xFFFFFFFF
