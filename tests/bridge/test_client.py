@@ -7,10 +7,10 @@ PollClient wrapped by the bridge's DeviceClient (lead, duplicates, push sessions
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from leadwire import auth, codec, messages, u32, wire
+from leadwire import auth_host, codec, messages, u32, wire
 from leadwire.bridge.client import EVENT_LEAD_CHANNEL
 from leadwire.bridge.config import PollConfig
 from leadwire.tools.simdevice import SimCore
@@ -256,6 +256,9 @@ def test_adaptive_interval_stays_within_bounds() -> None:
     # which PollClient's first-contact probes close)
     st.integers(0, 0xFFFFFFFF),
 )
+# five HELLO answers held in a row: more than auth_host.PENDING, so a late one counts as forged (the
+# branch of the last assertion; found by a clean-clone make test, where it named a moved constant)
+@example([(0, "hold")] * 5, 0)
 def test_property_every_event_is_stored_once_or_counted_lost(
     script: list[tuple[int, str]], start: int
 ) -> None:
@@ -285,9 +288,9 @@ def test_property_every_event_is_stored_once_or_counted_lost(
     assert all(a[A_LEAD] >= 1 for a in firsts) and all(a[A_DUP] for a in cl.out_arrivals if a[A_LEAD] < 1)
     assert cl.lead.last("dev", EVENT_LEAD_CHANNEL) == stored[-1]
     # signed: line faults (dropped, duplicated, late, corrupted) are never counted as attacks --
-    # unless a HELLO answer comes after more than auth.PENDING newer HELLO requests (5 held in a row)
+    # unless a HELLO answer comes after more than auth_host.PENDING newer HELLO requests (5 held in a row)
     runs = "".join("h" if f == "hold" else "." for _, f in script)
-    assert cl.dc["auth_forged"] == 0 or "h" * (auth.PENDING + 1) in runs
+    assert cl.dc["auth_forged"] == 0 or "h" * (auth_host.PENDING + 1) in runs
     assert cl.dc["auth_unsigned"] == 0
     if core.auth is not None:
         assert core.auth.forged == core.auth.replayed == core.auth.unsigned == 0
