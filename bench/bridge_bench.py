@@ -860,11 +860,15 @@ def adaptive_phase(res: dict[str, Any]) -> None:
 @click.command(help=__doc__.split("\n")[0])
 @click.option("--quick", is_flag=True)
 @click.option("--repeat", type=int, default=1, help="run every measured phase this many times: medians")
-@click.option("--only", default="sqlite,pipeline,ingest,fleet,authcost,adaptive,durable",
-              help="phases to run")
+@click.option(
+    "--only", default="sqlite,pipeline,ingest,fleet,authcost,adaptive,durable", help="phases to run"
+)
 @click.option("--durable-devices", type=int, default=100, help="polled devices in the durable phase")
-@click.option("--durable-rates", default="100,1500",
-              help="events/s per device in the durable phase, one run pair per rate")
+@click.option(
+    "--durable-rates",
+    default="100,1500",
+    help="events/s per device in the durable phase, one run pair per rate",
+)
 @click.option("--durable-pushers", type=int, default=20, help="push-session devices (3 channels each)")
 @click.option("--ingest-devices", type=int, default=100)
 @click.option("--ingest-rate", type=float, default=1500.0, help="events/s per device in the ingest run")
@@ -873,10 +877,17 @@ def adaptive_phase(res: dict[str, Any]) -> None:
 @click.option("--fleet-commit", type=float, default=0.1, help="commit_interval of the 10 Hz run (s)")
 @click.option("--fleet-no-auth", is_flag=True, help="the 10 Hz fleet with auth = false")
 @click.option("--seconds", type=float, default=10.0)
-@click.option("--writers", default="thread,process",
-              help="store writers side by side in the live phases ([store] writer)")
-@click.option("--json", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="also write the results here")
+@click.option(
+    "--writers",
+    default="thread,process",
+    help="store writers side by side in the live phases ([store] writer)",
+)
+@click.option(
+    "--json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="also write the results here",
+)
 def main(**kw: Any) -> None:
     sys.exit(bench(SimpleNamespace(**kw)))
 

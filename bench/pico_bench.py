@@ -172,7 +172,12 @@ GP_EVENT = 64  # goodput: 64-byte events, as bench/goodput_bench.py (16 B caps i
 
 
 def goodput(
-    board: PicoBoard, tmp: Path, baud: int, warmup: float, seconds: float, offer: float = 2.0,
+    board: PicoBoard,
+    tmp: Path,
+    baud: int,
+    warmup: float,
+    seconds: float,
+    offer: float = 2.0,
     frame: int = 1024,
 ) -> dict[str, Any]:
     """Section 2: the bridge polling UART0 at `baud`; figures on the board's clock. The sensor

@@ -525,8 +525,14 @@ class PicoBoard:
         return self.proc.pid
 
     def info(self) -> dict[str, Any]:
-        return {"kind": "pico", "transport": "serial", "port": self.port, "repl": self.repl,
-                "pid": self.pid, "dir": str(self.dir)}
+        return {
+            "kind": "pico",
+            "transport": "serial",
+            "port": self.port,
+            "repl": self.repl,
+            "pid": self.pid,
+            "dir": str(self.dir),
+        }
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -577,14 +583,32 @@ class PicoBoard:
         self._uart = _Relay(board_fd=os.dup(uart_a.fileno()))
         repl_a.close()
         uart_a.close()
-        cmd = [node, str(PICO_DIR / "pico.mjs"), "--firmware", str(self.firmware),
-               "--bootrom", str(self.bootrom), "--repl-fd", str(repl_b.fileno()),
-               "--uart0-fd", str(uart_b.fileno()), "--fs-image", str(self.dir / "flash-fs.bin"),
-               "--uid", self.uid, "--speed", str(self.speed)]
+        cmd = [
+            node,
+            str(PICO_DIR / "pico.mjs"),
+            "--firmware",
+            str(self.firmware),
+            "--bootrom",
+            str(self.bootrom),
+            "--repl-fd",
+            str(repl_b.fileno()),
+            "--uart0-fd",
+            str(uart_b.fileno()),
+            "--fs-image",
+            str(self.dir / "flash-fs.bin"),
+            "--uid",
+            self.uid,
+            "--speed",
+            str(self.speed),
+        ]
         with (self.dir / "emulator.log").open("ab") as err, _Spawning():
             self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                pass_fds=(repl_b.fileno(), uart_b.fileno()), start_new_session=True,
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                pass_fds=(repl_b.fileno(), uart_b.fileno()),
+                start_new_session=True,
             )
         repl_b.close()
         uart_b.close()
@@ -705,13 +729,28 @@ def _heap_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 @click.command()
-@click.option("--kind", type=click.Choice(["unix", "pico"]), default="unix", show_default=True,
-              help="unix: the firmware on the MicroPython unix port; pico: an emulated Raspberry Pi Pico "
-              "running the official MicroPython rp2 UF2 (flash it with `leadwire flash --board rp2`).")
-@click.option("--transport", type=click.Choice(TRANSPORTS), default="udp", show_default=True,
-              help="unix boards: the link(s) (a pico has its REPL and UART0).")
-@click.option("--heap", default="64K", show_default=True, callback=_heap_size,
-              help="MicroPython heap size (a board's RAM), e.g. 64K.")
+@click.option(
+    "--kind",
+    type=click.Choice(["unix", "pico"]),
+    default="unix",
+    show_default=True,
+    help="unix: the firmware on the MicroPython unix port; pico: an emulated Raspberry Pi Pico "
+    "running the official MicroPython rp2 UF2 (flash it with `leadwire flash --board rp2`).",
+)
+@click.option(
+    "--transport",
+    type=click.Choice(TRANSPORTS),
+    default="udp",
+    show_default=True,
+    help="unix boards: the link(s) (a pico has its REPL and UART0).",
+)
+@click.option(
+    "--heap",
+    default="64K",
+    show_default=True,
+    callback=_heap_size,
+    help="MicroPython heap size (a board's RAM), e.g. 64K.",
+)
 @click.option("--config", type=click.Path(exists=True, dir_okay=False), help="Device config (JSON).")
 @click.option("--dir", "board_dir", type=click.Path(file_okay=False), help="Board directory (its flash).")
 @click.option("--port", "udp_port", type=click.IntRange(1, 65535), help="UDP port (default: a free one).")
@@ -722,12 +761,18 @@ def _heap_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
     help='Auth key (32..128 hex digits), or auto: a random one, printed in the JSON line as "key". '
     "Default: the config's key / auth, else auth off.",
 )
-@click.option("--firmware", type=click.Path(dir_okay=False),
-              help="pico: the RPI_PICO .uf2 (default $%s, else ~/.cache/leadwire/firmware/%s)."
-              % (PICO_UF2_ENV, PICO_UF2_NAME))
-@click.option("--bootrom", type=click.Path(dir_okay=False),
-              help="pico: the RP2040 B1 boot ROM, 16 KiB (default $%s, else ~/.cache/leadwire/firmware/%s)."
-              % (PICO_BOOTROM_ENV, PICO_BOOTROM_NAME))
+@click.option(
+    "--firmware",
+    type=click.Path(dir_okay=False),
+    help="pico: the RPI_PICO .uf2 (default $%s, else ~/.cache/leadwire/firmware/%s)."
+    % (PICO_UF2_ENV, PICO_UF2_NAME),
+)
+@click.option(
+    "--bootrom",
+    type=click.Path(dir_okay=False),
+    help="pico: the RP2040 B1 boot ROM, 16 KiB (default $%s, else ~/.cache/leadwire/firmware/%s)."
+    % (PICO_BOOTROM_ENV, PICO_BOOTROM_NAME),
+)
 def board(
     kind: str,
     transport: str,

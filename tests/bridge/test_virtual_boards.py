@@ -109,7 +109,7 @@ def test_signed_board_and_the_bridge_process_key_never_in_the_output(tmp_path: P
     root = Path(__file__).resolve().parents[2]
     with board.start_board("udp", config=BOARD_CONFIG, key="auto") as b:
         assert b.key and len(b.key) == 64
-        cfg = toml_config(tmp_path, [device_entry(b, "udp")], extra='hello_interval = 1.0')
+        cfg = toml_config(tmp_path, [device_entry(b, "udp")], extra="hello_interval = 1.0")
         db = tmp_path / "store.db"
         log = tmp_path / "bridge.log"
         p = subprocess.Popen(

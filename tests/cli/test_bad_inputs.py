@@ -17,6 +17,7 @@ GOOD_DEVICE = '[[device]]\nid = "a"\nudp = "127.0.0.1:4000"\nauth = false\n'
 KEY = "5e" * 32
 
 # name: (files to write {name: text}, arguments, a fragment the error line must contain)
+# fmt: off
 CASES: dict[str, tuple[dict[str, str], list[str], str]] = {
     # -- bridge and its config file
     "bridge missing config": ({}, ["bridge", "--config", "nope.toml"], "nope.toml"),
@@ -115,6 +116,7 @@ CASES: dict[str, tuple[dict[str, str], list[str], str]] = {
     "unknown command": ({}, ["launch"], "launch"),
     "unknown option": ({}, ["status", "--colour"], "--colour"),
 }
+# fmt: on
 
 
 def _snapshot(root: Path) -> dict[str, str]:

@@ -39,9 +39,9 @@ def test_wheel_holds_core_host_and_tools_under_one_namespace(tmp_path: Path) -> 
         "leadwire/firmware/boards/rp2.py",
     ]:
         assert module in names, module
-    entry_points = zipfile.ZipFile(wheel).read(
-        next(n for n in names if n.endswith("entry_points.txt"))
-    ).decode()
+    entry_points = (
+        zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    )
     assert "leadwire = leadwire.cli:main" in entry_points
 
 

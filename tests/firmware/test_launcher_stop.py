@@ -114,7 +114,9 @@ def test_pico_without_firmware_says_what_to_download(tmp_path: Path) -> None:
     ):
         r = subprocess.run(
             [sys.executable, "-m", "leadwire.cli", "board", "--kind", "pico", *args],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert r.returncode == 2 and r.stdout == ""
         assert len(r.stderr.strip().splitlines()) == 1 and what in r.stderr, r.stderr

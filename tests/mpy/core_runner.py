@@ -245,7 +245,6 @@ def test_poll_client_overrun_accounting():
     eq((cl.loss.cause, cl.lost, cl.received, cl.n), ("overrun", 7, 6, 10), "overrun counted exactly")
 
 
-
 def test_poll_client_pipelined_burst():
     # a pipelined POLL from the predicted end of a burst, then the rest of the burst and its answer
     from leadwire import client, codec, messages
@@ -430,8 +429,11 @@ def test_write_samples_equals_writes():
             data[1] = number & 0xFF
             b.write(data, 1, 5)
             number = (number + 1) & 0xFFFF
-        eq((a._store, a._head, a._hi, a._lo, a.count, a.overwritten),
-           (b._store, b._head, b._hi, b._lo, b.count, b.overwritten), "ring after %d" % count)
+        eq(
+            (a._store, a._head, a._hi, a._lo, a.count, a.overwritten),
+            (b._store, b._head, b._hi, b._lo, b.count, b.overwritten),
+            "ring after %d" % count,
+        )
     ba = bytearray(100)
     bb = bytearray(100)
     for back in range(1, 8):

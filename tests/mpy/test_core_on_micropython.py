@@ -84,7 +84,13 @@ def test_refused_viper_mpy_falls_back_to_bytecode(mpy_lib: Path, tmp_path: Path,
     )
     r = run_micropython(lib, "-c", probe)
     assert r.stdout.split() == ["True", "True", "False", "samples"], r.stdout + r.stderr
-    checks = ["test_crc16_vectors", "test_alloc_copy", "test_write_samples_equals_writes",
-              "test_alloc_write_samples", "test_alloc_ring_write", "test_alloc_answer_into"]
+    checks = [
+        "test_crc16_vectors",
+        "test_alloc_copy",
+        "test_write_samples_equals_writes",
+        "test_alloc_write_samples",
+        "test_alloc_ring_write",
+        "test_alloc_answer_into",
+    ]
     r = run_checks(lib, *checks)
     assert r.stdout.splitlines() == ["ok " + c for c in checks] + ["6 passed, 0 failed"], r.stdout + r.stderr
