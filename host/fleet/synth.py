@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,7 +267,11 @@ class _Fleet:
         self.per_device: dict[str, dict[str, Any]] = {}
         self.tot: dict[str, int] = dict.fromkeys(_TOTALS, 0)
         self.chunks: list[tuple[int, int]] = []  # (row start, row end) per device, in acc order
-        self.row = 0
+        self.row = 0  # rows accumulated since the last flush
+        self.flushed = 0  # chunks flushed
+        self.rowtot: dict[str, int] = {}  # row counts of the flushed chunks
+        self.commit: list[np.ndarray] = []  # latencies of the flushed chunks (fleet percentiles)
+        self.e2e_known: list[np.ndarray] = []
 
     # -------------------------------------------------------------------------------- devices
     def device(self, di: int, hot_rows: int, per_dev_rows: int, t_start: int, t_end: int) -> None:
@@ -466,7 +471,19 @@ class _Fleet:
 
     # ----------------------------------------------------------------------------- the tables
     def finish(self, ndev: int) -> tuple[dict[str, pa.Table], SynthTruth]:
-        """The bridge's columns (lead, duplicate, arrival), the per-row extras, the tables, the truth."""
+        """All devices in one chunk: the three tables in memory and the truth."""
+        arrivals = self.flush()
+        return {"arrivals": arrivals, **self.side_tables()}, self.truth(ndev)
+
+    def side_tables(self) -> dict[str, pa.Table]:
+        """The losses and boots tables (a few rows per boot: kept in memory for every chunk)."""
+        losses = pa.Table.from_pylist(self.losses, schema=LOSSES) if self.losses else LOSSES.empty_table()
+        return {"losses": losses, "boots": pa.Table.from_pylist(self.boots_rows, schema=BOOTS)}
+
+    def flush(self) -> pa.Table:
+        """The arrivals of the devices generated since the last flush (the bridge's columns: lead,
+        duplicate, arrival; the per-row extras); adds their counts to the totals and forgets them.
+        The injected lead / duplicate-flag errors all go into the first chunk."""
         rng, cfg = self.rng, self.cfg
         seq, rx, dup = self.acc.cat("seq"), self.acc.cat("rx"), self.acc.cat("dup")
         lens = np.array(self.meta["len"], dtype=np.int64)
@@ -474,10 +491,11 @@ class _Fleet:
         lead = _bridge_leads(seq, lens, dup)
         arrival = _arrival_counters(rx, self.chunks)
         stored_lead, stored_dup = lead.copy(), dup.copy()
-        if cfg.lead_errors:
+        first = self.flushed == 0
+        if cfg.lead_errors and first:
             bad = rng.choice(n, size=cfg.lead_errors, replace=False)
             stored_lead[bad] += 7
-        if cfg.dup_flag_errors:
+        if cfg.dup_flag_errors and first:
             bad = rng.choice(n, size=cfg.dup_flag_errors, replace=False)
             stored_dup[bad] = ~stored_dup[bad]
         x = {
@@ -486,15 +504,28 @@ class _Fleet:
             "gen_null": rng.random(n) < cfg.gen_ts_null,
             "payload": rng.integers(8, 200, n).astype(np.int32),
         }
-        kind = self._repeat("kind", lens)
-        losses = pa.Table.from_pylist(self.losses, schema=LOSSES) if self.losses else LOSSES.empty_table()
-        tables = {
-            "arrivals": self._arrivals(lens, seq, rx, arrival, stored_lead, stored_dup, x),
-            "losses": losses,
-            "boots": pa.Table.from_pylist(self.boots_rows, schema=BOOTS),
-        }
-        totals = self._totals(ndev, n, kind, dup, lead, x)
-        return tables, SynthTruth(totals=totals, per_device=self.per_device)
+        table = self._arrivals(lens, seq, rx, arrival, stored_lead, stored_dup, x)
+        self._count_rows(n, self._repeat("kind", lens), dup, lead, x)
+        self.acc = _Acc()
+        self.meta = {k: [] for k in _STREAM_META}
+        self.chunks, self.row = [], 0
+        self.flushed += 1
+        return table
+
+    def _count_rows(
+        self, n: int, kind: np.ndarray, dup: np.ndarray, lead: np.ndarray, x: dict[str, np.ndarray]
+    ) -> None:
+        """One chunk's row counts into the totals; its latencies kept for the fleet percentiles."""
+        r = self.rowtot
+        for k, v in (
+            ("rows", n), ("events", int((kind == "event").sum())), ("reports", int((kind == "report").sum())),
+            ("unique", n - int(dup.sum())), ("lead_eq1", int((lead == 1).sum())),
+            ("lead_eq0", int((lead == 0).sum())), ("lead_gt1", int((lead > 1).sum())),
+            ("lead_lt0", int((lead < 0).sum())),
+        ):  # fmt: skip
+            r[k] = r.get(k, 0) + v
+        self.commit.append(x["commit"])
+        self.e2e_known.append(x["e2e"][~x["gen_null"]])
 
     def _repeat(self, name: str, lens: np.ndarray, dtype: Any = None) -> np.ndarray:
         return np.repeat(np.array(self.meta[name], dtype=dtype), lens)
@@ -538,22 +569,17 @@ class _Fleet:
             schema=TABLES["arrivals"],
         )
 
-    def _totals(
-        self, ndev: int, n: int, kind: np.ndarray, dup: np.ndarray, lead: np.ndarray, x: dict[str, np.ndarray]
-    ) -> dict[str, Any]:
-        commit, e2e_known = x["commit"], x["e2e"][~x["gen_null"]]
-        return {
-            "rows": n,
+    def truth(self, ndev: int) -> SynthTruth:
+        """The ground truth of everything flushed so far."""
+        commit, e2e_known = np.concatenate(self.commit), np.concatenate(self.e2e_known)
+        r = self.rowtot
+        totals = {
+            "rows": r["rows"],
             "devices": ndev,
             "boots": len(self.boots_rows),
-            "events": int((kind == "event").sum()),
-            "reports": int((kind == "report").sum()),
-            "unique": n - int(dup.sum()),
+            **{k: r[k] for k in ("events", "reports", "unique")},
             **self.tot,
-            "lead_eq1": int((lead == 1).sum()),
-            "lead_eq0": int((lead == 0).sum()),
-            "lead_gt1": int((lead > 1).sum()),
-            "lead_lt0": int((lead < 0).sum()),
+            **{k: r[k] for k in ("lead_eq1", "lead_eq0", "lead_gt1", "lead_lt0")},
             "lead_mismatches": self.cfg.lead_errors,
             "dup_flag_mismatches": self.cfg.dup_flag_errors,
             "latency_rx_to_commit_p50_us": float(np.percentile(commit, 50)),
@@ -561,6 +587,7 @@ class _Fleet:
             "latency_gen_to_rx_p50_us": float(np.percentile(e2e_known, 50)) if len(e2e_known) else None,
             "latency_gen_to_rx_p99_us": float(np.percentile(e2e_known, 99)) if len(e2e_known) else None,
         }
+        return SynthTruth(totals=totals, per_device=self.per_device)
 
 
 def _bridge_leads(seq: np.ndarray, lens: np.ndarray, dup: np.ndarray) -> np.ndarray:
@@ -613,7 +640,13 @@ def _date_strings(ts: pa.Array) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(inv.astype(np.int32)), pa.array(names)).cast(pa.string())
 
 
-def write_export(tables: dict[str, pa.Table], out_dir: str, max_rows_per_file: int = 2_000_000) -> None:
+def write_export(
+    tables: dict[str, pa.Table],
+    out_dir: str,
+    max_rows_per_file: int = 2_000_000,
+    basename: str = "part-{i}.parquet",
+    existing: str = "delete_matching",
+) -> None:
     """Write tables as DIR/<table>/date=YYYY-MM-DD/part-*.parquet (the `leadwire export` layout)."""
     part = ds.partitioning(pa.schema([(PARTITION_COLUMN, pa.string())]), flavor="hive")
     for name, table in tables.items():
@@ -623,8 +656,50 @@ def write_export(tables: dict[str, pa.Table], out_dir: str, max_rows_per_file: i
             os.path.join(out_dir, name),
             format="parquet",
             partitioning=part,
-            basename_template="part-{i}.parquet",
-            existing_data_behavior="delete_matching",
+            basename_template=basename,
+            existing_data_behavior=existing,
             max_rows_per_file=max_rows_per_file,
             max_rows_per_group=min(max_rows_per_file, 1_000_000),
+            preserve_order=True,  # the table's row order: the same bytes for the same seed
         )
+
+
+def _publish(tables: dict[str, pa.Table], out_dir: str, chunk: int, max_rows_per_file: int) -> None:
+    """Write one chunk's tables into a hidden staging directory, then rename each file into the
+    export (as the bridge publishes its export: a reader never sees a half-written file).
+    Chunk 0 is named part-{i}.parquet (as write_export), chunk k part-k-{i}.parquet."""
+    stage = os.path.join(out_dir, ".staging-%d" % chunk)
+    shutil.rmtree(stage, ignore_errors=True)
+    basename = "part-{i}.parquet" if chunk == 0 else "part-%d-{i}.parquet" % chunk
+    write_export(tables, stage, max_rows_per_file, basename, "overwrite_or_ignore")
+    for root, _, files in os.walk(stage):
+        dest = os.path.join(out_dir, os.path.relpath(root, stage))
+        os.makedirs(dest, exist_ok=True)
+        for f in sorted(files):
+            os.replace(os.path.join(root, f), os.path.join(dest, f))
+    shutil.rmtree(stage)
+
+
+def write_synth(
+    cfg: SynthConfig, out_dir: str, chunk_rows: int = 1_000_000, max_rows_per_file: int = 2_000_000
+) -> SynthTruth:
+    """generate() + write_export() in bounded memory: the arrivals are written every time the
+    devices generated since the last write hold >= chunk_rows rows (whole devices: a hot device is
+    one chunk), so peak memory grows with chunk_rows, not with cfg.rows. Byte-identical to
+    generate() + write_export() when everything fits in one chunk (rows < chunk_rows); above, the
+    per-row draws of each chunk follow its devices (same distributions, other values). Replaces
+    the tables under out_dir."""
+    rng = np.random.default_rng(cfg.seed)
+    ndev, t_start, t_end, hot_rows, per_dev_rows = _plan(cfg)
+    for name in TABLES:
+        shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
+    fleet = _Fleet(cfg, rng)
+    for di in range(ndev):
+        fleet.device(di, hot_rows, per_dev_rows, t_start, t_end)
+        if fleet.row >= chunk_rows and di + 1 < ndev:
+            k = fleet.flushed
+            _publish({"arrivals": fleet.flush()}, out_dir, k, max_rows_per_file)
+    k = fleet.flushed
+    _publish({"arrivals": fleet.flush()}, out_dir, k, max_rows_per_file)
+    _publish(fleet.side_tables(), out_dir, 0, max_rows_per_file)
+    return fleet.truth(ndev)
