@@ -1,8 +1,10 @@
 """Fleet job benchmark: Spark (local[2]) vs a single-process DuckDB oracle on the same data.
 
 For each size it generates telemetry with known loss, duplication, reordering, restarts and
-overruns (leadwire.fleet.synth), runs the Spark job (tables, no HTML report) and the DuckDB oracle
-(same tables, in memory), and prints both times, the ratio, whether every table is equal, and
+overruns (leadwire.fleet.synth.write_synth, in a child process, streamed --chunk-rows at a time so
+its memory does not grow with the size), runs the Spark job (tables, no HTML report) and the DuckDB
+oracle (same tables, in memory; --duckdb-memory caps it and spills under --out), and prints
+both times, the ratio, whether every table is equal, and
 whether the Spark summary matches the injected ground truth (fleet-level latency percentiles,
 approximate for large groups, are checked against the raw values with their stated rank error).
 
@@ -12,6 +14,8 @@ approximate for large groups, are checked against the raw values with their stat
     .venv/bin/python bench/fleet_bench.py --adaptive              # the same with AQE on
     .venv/bin/python bench/fleet_bench.py --rows 3000000 --hot-device-share 0.5 --driver-memory 1g
                                         # skewed: one device, half the rows, one boot; 1 GB JVM
+    .venv/bin/python bench/fleet_bench.py --rows 10000000 30000000 --driver-memory 6g \
+        --duckdb-memory 4GB             # the linearity check on a 24 GB machine
 
 JVM start-up is timed separately (printed beside) and not included in the Spark time. The Spark
 time is the job after session start: reading the export, the row-scale tables written by the
@@ -20,14 +24,21 @@ includes reading the export and building the same tables in memory. The machine'
 average is printed next to each time: on a shared machine the absolute times move with it, the
 ratio less. Time per million rows is printed for the linearity check (10M vs 30M). CPU seconds
 (Spark: the local-mode JVM, driver and executors, plus this Python process; DuckDB: this process)
-are printed too: they move less with other load than wall time.
+are printed too: they move less with other load than wall time. Memory per size: the generator's
+peak RSS, the JVM's peak RSS during the job, this process's (DuckDB, the checks) and the
+machine's lowest MemAvailable. The export and Spark output of a size are deleted before the next.
 """
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
 import os
+import queue
+import resource
 import shutil
 import sys
+import threading
 import time
 from typing import Any
 
@@ -36,7 +47,7 @@ import click
 from leadwire.fleet.columns import check_fleet_latency, without_approx
 from leadwire.fleet.job import TABLE_ORDER, build_session, run_job
 from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
-from leadwire.fleet.synth import SUMMARY_TRUTH, SynthConfig, generate, write_export
+from leadwire.fleet.synth import SUMMARY_TRUTH, SynthConfig, SynthTruth, write_synth
 from leadwire.fleet.transforms import APPROX_ACCURACY, EXACT_MAX_VALUES
 
 
@@ -50,76 +61,158 @@ def cpu_seconds(spark: Any) -> float:
     return jvm + time.process_time()
 
 
+def jvm_pid(spark: Any) -> int:
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """A process's peak resident set (VmHWM) in MB; reset_peak() starts a new peak."""
+    with open("/proc/%s/status" % pid) as f:
+        return int(next(line.split()[1] for line in f if line.startswith("VmHWM:"))) / 1024
+
+
+def reset_peak(pid: int | str = "self") -> None:
+    """Restart a process's VmHWM from its current RSS (Linux: 5 > /proc/PID/clear_refs)."""
+    with open("/proc/%s/clear_refs" % pid, "w") as f:
+        f.write("5")
+
+
 def jvm_memory(spark: Any) -> str:
-    """The JVM's peak resident set since it started (VmHWM) and its heap limit (-Xmx)."""
-    jvm = spark.sparkContext._jvm
-    pid = jvm.java.lang.ProcessHandle.current().pid()
-    with open("/proc/%d/status" % pid) as f:
-        hwm = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
-    heap = jvm.java.lang.Runtime.getRuntime().maxMemory()
-    return "JVM peak RSS %.0f MB, max heap %.0f MB" % (int(hwm) / 1024, heap / 2**20)
+    """The JVM's peak resident set (VmHWM, since start or the last reset_peak) and heap limit."""
+    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    return "JVM peak RSS %.0f MB, max heap %.0f MB" % (peak_rss_mb(jvm_pid(spark)), heap / 2**20)
 
 
-def one(
-    rows: int, out: str, spark: Any, threads: int, hot: float = 0.0, duck_memory: str | None = None
-) -> dict[str, Any]:
-    export = os.path.join(out, "export-%d" % rows)
-    result = os.path.join(out, "spark-%d" % rows)
-    shutil.rmtree(export, ignore_errors=True)
+def mem_available_mb() -> float:
+    with open("/proc/meminfo") as f:
+        return int(next(line.split()[1] for line in f if line.startswith("MemAvailable:"))) / 1024
+
+
+class MemWatch:
+    """The machine's lowest MemAvailable while running (sampled every 0.5 s in a thread)."""
+
+    def __init__(self) -> None:
+        self.low = mem_available_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.low = min(self.low, mem_available_mb())
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return min(self.low, mem_available_mb())
+
+
+def _gen_child(cfg: SynthConfig, export: str, chunk_rows: int, q: Any) -> None:
     t = time.monotonic()
-    cfg = SynthConfig(rows=rows, lead_errors=5, dup_flag_errors=3, seed=rows % 997, hot_device_share=hot)
-    tables, truth = generate(cfg)
-    write_export(tables, export)
-    del tables
-    gen_s = time.monotonic() - t
-    print("[bench] %d rows generated and written in %.1fs" % (truth.totals["rows"], gen_s), flush=True)
+    truth = write_synth(cfg, export, chunk_rows=chunk_rows)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    q.put((truth, time.monotonic() - t, peak))
 
+
+def generate_export(cfg: SynthConfig, export: str, chunk_rows: int) -> tuple[SynthTruth, float, float]:
+    """Write the synthetic export in a child process (streamed in chunks of chunk_rows rows), so
+    its memory is the child's and returns to the OS before Spark runs: (truth, seconds, peak MB)."""
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_gen_child, args=(cfg, export, chunk_rows, q))
+    proc.start()
+    try:
+        while True:
+            try:
+                result = q.get(timeout=2)
+                break
+            except queue.Empty:
+                if not proc.is_alive():
+                    raise RuntimeError("generator died (exit code %s)" % proc.exitcode) from None
+    finally:
+        proc.join()
+    if proc.exitcode != 0:
+        raise RuntimeError("generator exited with %s" % proc.exitcode)
+    return result
+
+
+def run_spark(export: str, result: str, spark: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Spark job on the export: (its summary, its timings, load and JVM peak RSS)."""
+    pid = jvm_pid(spark)
+    reset_peak(pid)
     t, c = time.monotonic(), cpu_seconds(spark)
     summary = run_job(export, result, spark, report=False, progress=True)
-    spark_s = time.monotonic() - t
-    spark_cpu = cpu_seconds(spark) - c
-    spark_load = os.getloadavg()[0]
+    r = {"spark_s": time.monotonic() - t, "spark_cpu": cpu_seconds(spark) - c}
+    r["spark_load"], r["jvm_peak_mb"] = os.getloadavg()[0], peak_rss_mb(pid)
     print(
         "[bench] spark job %.1fs, %.1f CPU s (load average %.1f); %s"
-        % (spark_s, spark_cpu, spark_load, jvm_memory(spark)),
+        % (r["spark_s"], r["spark_cpu"], r["spark_load"], jvm_memory(spark)),
         flush=True,
     )
+    return summary, r
 
+
+def run_duckdb(export: str, out: str, threads: int, duck_memory: str | None) -> tuple[Any, dict[str, Any]]:
+    """The DuckDB oracle (in this process; spills to OUT/duckdb-spill under a memory limit)."""
+    reset_peak()
     t, c = time.monotonic(), time.process_time()
     spill = os.path.join(out, "duckdb-spill") if duck_memory else None
     want = run_oracle(export, threads=threads, memory_limit=duck_memory, spill_dir=spill)
-    duck_s = time.monotonic() - t
-    duck_cpu = time.process_time() - c
-    duck_load = os.getloadavg()[0]
+    r = {"duckdb_s": time.monotonic() - t, "duckdb_cpu": time.process_time() - c}
+    r["duck_load"], r["py_peak_mb"] = os.getloadavg()[0], peak_rss_mb()
+    if spill:
+        shutil.rmtree(spill, ignore_errors=True)
     print(
-        "[bench] duckdb oracle %.1fs, %.1f CPU s (load average %.1f)" % (duck_s, duck_cpu, duck_load),
+        "[bench] duckdb oracle %.1fs, %.1f CPU s (load average %.1f); this process peak RSS %.0f MB"
+        % (r["duckdb_s"], r["duckdb_cpu"], r["duck_load"], r["py_peak_mb"]),
         flush=True,
     )
+    return want, r
 
+
+def check(export: str, result: str, want: Any, summary: dict[str, Any], truth: SynthTruth) -> dict[str, Any]:
+    """Spark's tables against the oracle's and the raw latencies; its summary against the truth."""
     got = read_job_tables(result, TABLE_ORDER)
     # fleet-level percentiles: exact up to a group size, approximate above (checked on the raw values)
     diffs = compare_tables(without_approx(got), without_approx(want), TABLE_ORDER)
+    del want
+    gc.collect()
     diffs += check_fleet_latency(export, got, EXACT_MAX_VALUES, APPROX_ACCURACY)
     truth_diffs = [
         "%s: spark %s, truth %s" % (k, summary[k], truth.totals[v])
         for k, v in SUMMARY_TRUTH.items()
         if summary[k] != truth.totals[v]
     ]
-    return {
-        "rows": truth.totals["rows"],
-        "generate_s": gen_s,
-        "spark_s": spark_s,
-        "duckdb_s": duck_s,
-        "spark_cpu": spark_cpu,
-        "duckdb_cpu": duck_cpu,
-        "ratio": spark_s / duck_s,
-        "spark_load": spark_load,
-        "duck_load": duck_load,
-        "equal": not diffs,
-        "diffs": diffs,
-        "truth_ok": not truth_diffs,
-        "truth_diffs": truth_diffs,
-    }
+    return {"equal": not diffs, "diffs": diffs, "truth_ok": not truth_diffs, "truth_diffs": truth_diffs}
+
+
+def one(rows: int, out: str, spark: Any, o: dict[str, Any]) -> dict[str, Any]:
+    """One size: generate (child process), Spark, DuckDB, compare; frees everything after."""
+    export = os.path.join(out, "export-%d" % rows)
+    result = os.path.join(out, "spark-%d" % rows)
+    shutil.rmtree(export, ignore_errors=True)
+    watch = MemWatch()
+    cfg = SynthConfig(
+        rows=rows, lead_errors=5, dup_flag_errors=3, seed=rows % 997, hot_device_share=o["hot_device_share"]
+    )
+    truth, gen_s, gen_peak = generate_export(cfg, export, o["chunk_rows"])
+    print(
+        "[bench] %d rows generated and written in %.1fs (generator peak RSS %.0f MB)"
+        % (truth.totals["rows"], gen_s, gen_peak),
+        flush=True,
+    )
+    summary, r_spark = run_spark(export, result, spark)
+    want, r_duck = run_duckdb(export, out, o["threads"], o["duckdb_memory"])
+    r = {"rows": truth.totals["rows"], "generate_s": gen_s, "gen_peak_mb": gen_peak, **r_spark, **r_duck}
+    r.update(check(export, result, want, summary, truth))
+    r["ratio"] = r["spark_s"] / r["duckdb_s"]
+    r["py_peak_mb"] = max(r["py_peak_mb"], peak_rss_mb())
+    r["mem_low_mb"] = watch.stop()
+    if not o["keep"]:
+        shutil.rmtree(export, ignore_errors=True)
+        shutil.rmtree(result, ignore_errors=True)
+    gc.collect()
+    return r
 
 
 def start_session(o: dict[str, Any]) -> tuple[Any, float]:
@@ -139,43 +232,45 @@ def start_session(o: dict[str, Any]) -> tuple[Any, float]:
     return spark, time.monotonic() - t
 
 
-HEAD = "%12s %10s %10s %8s %7s %7s %11s %12s %16s" % (
-    "rows",
-    "spark s",
-    "duckdb s",
-    "ratio",
-    "equal",
-    "truth",
-    "load s/d",
-    "spark s/1M",
-    "CPU s spark/duck",
-)
+HEAD = "%12s %9s %9s %6s %5s %5s %11s %9s %9s %14s %22s" % (
+    "rows", "spark s", "duckdb s", "ratio", "equal", "truth", "load s/d", "spark us/row",
+    "duck us/row", "CPU s spk/duck", "peak MB gen/jvm/py/avail",
+)  # fmt: skip
+
+
+def print_row(r: dict[str, Any]) -> None:
+    print(
+        "%12d %9.1f %9.1f %6.2f %5s %5s %5.1f/%-5.1f %9.3f %9.3f %8.1f/%-5.1f %7.0f/%.0f/%.0f/%.0f"
+        % (
+            r["rows"], r["spark_s"], r["duckdb_s"], r["ratio"], "yes" if r["equal"] else "NO",
+            "yes" if r["truth_ok"] else "NO", r["spark_load"], r["duck_load"],
+            r["spark_s"] / r["rows"] * 1e6, r["duckdb_s"] / r["rows"] * 1e6, r["spark_cpu"], r["duckdb_cpu"],
+            r["gen_peak_mb"], r["jvm_peak_mb"], r["py_peak_mb"], r["mem_low_mb"],
+        )
+    )  # fmt: skip
 
 
 def print_results(results: list[dict[str, Any]]) -> bool:
-    """The results table (and the first differences); True when every size was exact."""
+    """The results table (and the first differences), then the time per row of every size against
+    the first (the linearity check: 30M/10M <= 1 means no worse per row); True when all exact."""
     print(HEAD)
     ok = True
     for r in results:
-        print(
-            "%12d %10.1f %10.1f %8.2f %7s %7s %5.1f/%-5.1f %12.2f %10.1f/%-5.1f"
-            % (
-                r["rows"],
-                r["spark_s"],
-                r["duckdb_s"],
-                r["ratio"],
-                "yes" if r["equal"] else "NO",
-                "yes" if r["truth_ok"] else "NO",
-                r["spark_load"],
-                r["duck_load"],
-                r["spark_s"] / r["rows"] * 1e6,
-                r["spark_cpu"],
-                r["duckdb_cpu"],
-            )
-        )
+        print_row(r)
         for d in r["diffs"][:20] + r["truth_diffs"]:
             print("    " + d)
         ok = ok and r["equal"] and r["truth_ok"]
+    for r in results[1:]:
+        base = results[0]
+        per_row = {
+            k: (r[k] / r["rows"]) / (base[k] / base["rows"]) for k in ("spark_s", "duckdb_s", "spark_cpu")
+        }
+        print(
+            "time per row %d / %d: spark %.2f, duckdb %.2f, spark CPU %.2f"
+            % (r["rows"], base["rows"], per_row["spark_s"], per_row["duckdb_s"], per_row["spark_cpu"])
+        )
+    print("(peak MB: generator child, JVM during the job, this process during DuckDB + checks; avail: the")
+    print(" machine's lowest MemAvailable during the size)")
     return ok
 
 
@@ -206,6 +301,13 @@ def print_results(results: list[dict[str, Any]]) -> bool:
 )
 @click.option("--keep", is_flag=True, help="keep the generated export and Spark output")
 @click.option(
+    "--chunk-rows",
+    type=int,
+    default=1_000_000,
+    show_default=True,
+    help="the generator writes the export every this many rows (bounds its memory)",
+)
+@click.option(
     "--duckdb-memory", default=None, help="memory_limit of the DuckDB oracle, e.g. 6GB (spills to --out)"
 )
 def main(**o: Any) -> None:
@@ -216,10 +318,8 @@ def main(**o: Any) -> None:
     results = []
     try:
         for n in sizes:
-            results.append(one(n, o["out"], spark, o["threads"], o["hot_device_share"], o["duckdb_memory"]))
-            if not o["keep"]:
-                shutil.rmtree(os.path.join(o["out"], "export-%d" % n), ignore_errors=True)
-        mem = jvm_memory(spark)
+            results.append(one(n, o["out"], spark, o))
+        mem = "JVM peak RSS per size: %s MB" % ", ".join("%.0f" % r["jvm_peak_mb"] for r in results)
     finally:
         spark.stop()
     print()
