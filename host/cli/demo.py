@@ -91,13 +91,20 @@ def spark_child(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] != "--spark-child":
         print("usage: python -m leadwire.cli.demo --spark-child EXPORT_DIR REPORT_DIR", file=sys.stderr)
         return 2
-    from leadwire.fleet.job import BadInput, Progress, build_session, format_summary, run_job
+    from leadwire.fleet.job import (
+        BadInput,
+        Progress,
+        build_session,
+        format_summary,
+        input_bytes,
+        run_job,
+        small_input_conf,
+    )
 
     prog = Progress()
+    extra = {"spark.default.parallelism": "2", **small_input_conf("local[2]", input_bytes(argv[1]))}
     with prog.stage("start spark (local[2], adaptive execution off, 2 shuffle partitions)"):
-        spark = build_session(
-            "local[2]", 2, "1g", "leadwire-demo", adaptive=False, extra={"spark.default.parallelism": "2"}
-        )
+        spark = build_session("local[2]", 2, "1g", "leadwire-demo", adaptive=False, extra=extra)
     try:
         summary = run_job(argv[1], argv[2], spark, window_seconds=10, progress=prog)
     except BadInput as e:

@@ -224,6 +224,30 @@ STATIC_CONF = {
 # costs more than it saves (docs/benchmarks.md: measured side by side). On a cluster it stays
 # on (Spark's default): it coalesces the 200 default shuffle partitions to what the data needs.
 LOCAL_CONF = {"spark.sql.adaptive.enabled": "false"}
+# Local runs on a small export: a short job is mostly the JVM compiling Spark's code paths, and the
+# optimising JIT (C2) is the larger share of that CPU. With C1 only (TieredStopAtLevel=1), measured
+# (bench/fleet_bench.py --conf, local[2], cold JVM, load 7-10, docs/benchmarks.md): 250k rows
+# 56.7 -> 38.6 CPU s, 1M rows 83.1 -> 69.9 CPU s. Long runs want C2's faster code: only below
+# SMALL_INPUT_BYTES of arrivals (~37 B a row: ~1.8M rows), and only where leadwire starts the JVM
+# itself (`leadwire fleet`, the demo): under spark-submit the launch's own options stand.
+SMALL_INPUT_BYTES = 64 << 20
+SMALL_INPUT_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+
+
+def input_bytes(input_dir: str) -> int | None:
+    """Bytes of arrivals under a local export (None: not a local path, or not there)."""
+    if _scheme(input_dir) not in (None, "file"):
+        return None
+    root = os.path.join(_local(input_dir), "arrivals")
+    if not os.path.isdir(root):
+        return None
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+
+
+def small_input_conf(master: str, nbytes: int | None) -> dict[str, str]:
+    """SMALL_INPUT_CONF for a local master and an input known to be small, else nothing."""
+    small = master.startswith("local") and nbytes is not None and nbytes <= SMALL_INPUT_BYTES
+    return dict(SMALL_INPUT_CONF) if small else {}
 
 
 def local_shuffle_partitions() -> int:
@@ -747,7 +771,8 @@ def run_job(
     own = spark is None
     if own:
         with prog.stage("start spark (%s)" % master):
-            spark = build_session(master, shuffle_partitions, driver_memory)
+            extra = small_input_conf(master, input_bytes(input_dir))
+            spark = build_session(master, shuffle_partitions, driver_memory, extra=extra)
     assert spark is not None
     _apply_conf(spark)
     prog.watch(spark)

@@ -156,6 +156,23 @@ def test_cli_takes_uris_and_one_range_option(tmp_path: Path) -> None:
     )
 
 
+def test_small_local_input_runs_the_jvm_with_c1_only(tmp_path: Path) -> None:
+    from leadwire.fleet.job import SMALL_INPUT_BYTES, input_bytes, small_input_conf
+
+    day = tmp_path / "export" / "arrivals" / "date=2026-01-01"
+    day.mkdir(parents=True)
+    (day / "a.parquet").write_bytes(b"x" * 1000)
+    (day / "b.parquet").write_bytes(b"y" * 234)
+    export = str(tmp_path / "export")
+    assert input_bytes(export) == 1234 and input_bytes("file://" + export) == 1234
+    assert input_bytes(str(tmp_path / "none")) is None and input_bytes("hdfs://nn/export") is None
+    c1 = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    assert small_input_conf("local[2]", 1234) == c1 and small_input_conf("local[*]", SMALL_INPUT_BYTES) == c1
+    assert small_input_conf("local[2]", SMALL_INPUT_BYTES + 1) == {}  # long runs: C2's faster code
+    assert small_input_conf("local[2]", None) == {}  # size unknown
+    assert small_input_conf("spark://127.0.0.1:7077", 1234) == {}  # a cluster: its own launch
+
+
 def test_spark_submit_entry_runs_as_a_script_without_leadwire_installed(tmp_path: Path) -> None:
     # -S: no site hooks, so the editable leadwire install is invisible; pyspark still imports
     env: dict[str, Any] = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
