@@ -222,18 +222,46 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
 
 
 def ladders(tmp: Path, transport: str, sizes: dict[int, list[int]], losses: list[float], seconds: float,
-            codes: list[str | None], seed: int) -> list[dict[str, Any]]:  # fmt: skip
-    """Each point with each code back to back (paired: the load of a shared machine drifts)."""
+            codes: list[str | None], seed: int, repeat: int = 1) -> list[dict[str, Any]]:  # fmt: skip
+    """Each point with each code back to back (paired: the load of a shared machine drifts); with
+    repeat > 1 each point `repeat` times per code, the codes' order swapped on every other one."""
     out = []
     for size, rates in sizes.items():
         for loss in [0.0, *losses]:
-            for hz, code in [(hz, code) for hz in rates for code in codes]:
-                r = lw_netem(tmp, transport, size, hz, loss, seconds, code, seed)
-                print("  %s %s %d B loss %g @%d/s: %s events/s, counted lost %s, silent %s, timeouts %s"
-                      % (r["code"], transport, size, loss, hz, pmb.fmt(r["rate"]), pmb.fmt(r["known_lost"]),
-                         pmb.fmt(r["silent_lost"]), r["counters"].get("timeouts")),
-                      file=sys.stderr, flush=True)  # fmt: skip
-                out.append(r)
+            for hz in rates:
+                for i in range(repeat):
+                    for code in codes if i % 2 == 0 else codes[::-1]:
+                        r = lw_netem(tmp, transport, size, hz, loss, seconds, code, seed + i)
+                        r["repeat"] = i
+                        say_run(r)
+                        out.append(r)
+    return out
+
+
+def say_run(r: dict[str, Any]) -> None:
+    print("  %s %s %d B loss %g @%d/s: %s events/s, counted lost %s, silent %s, timeouts %s"
+          % (r["code"], r["transport"], r["size"], r["loss"], r["offered_hz"], pmb.fmt(r["rate"]),
+             pmb.fmt(r["known_lost"]), pmb.fmt(r["silent_lost"]), r["counters"].get("timeouts")),
+          file=sys.stderr, flush=True)  # fmt: skip
+
+
+def mean_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The repeats of each point (code, transport, size, loss, offered rate) as one row: mean events/s
+    and timeouts, the most events counted (and silently) lost of any repeat (a point is loss-free only
+    when every repeat was), the RTO statistics of the first."""
+    by: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in runs:
+        by.setdefault((r["code"], r["transport"], r["size"], r["loss"], r["offered_hz"]), []).append(r)
+    out = []
+    for rs in by.values():
+        m = dict(rs[0])
+        m["rate"] = sum(r["rate"] for r in rs) / len(rs)
+        m["known_lost"] = max(r["known_lost"] for r in rs)
+        m["silent_lost"] = max(r["silent_lost"] for r in rs)
+        m["counters"] = dict(rs[0]["counters"], timeouts=round(sum(r["counters"].get("timeouts") or 0
+                                                                   for r in rs) / len(rs)))  # fmt: skip
+        m["repeats"] = len(rs)
+        out.append(m)
     return out
 
 
@@ -390,12 +418,18 @@ def loss_phases(
     for transport, text in (("udp", a.udp_rates), ("serial", a.serial_rates)):
         if transport in skip:
             continue
-        lw["ladders"] += ladders(tmp, transport, _rates(text), losses, a.lw_seconds, codes, a.seed)
+        lw["ladders"] += ladders(tmp, transport, _rates(text), losses, a.lw_seconds, codes, a.seed, a.repeat)
         sizes = _rates(text)
         print("\n### %s, loss each way (load average now %s)\n" % (transport, loadavg()))
-        sub = {"sizes": list(sizes), "ladders": [r for r in lw["ladders"] if r["transport"] == transport]}
+        runs = [r for r in lw["ladders"] if r["transport"] == transport]
+        sub = {"sizes": list(sizes), "ladders": mean_runs(runs) if a.repeat > 1 else runs}
+        if a.repeat > 1:
+            print("(each point: the mean of %d runs per code, the codes' order swapped between them)\n"
+                  % a.repeat)  # fmt: skip
         print(pmb.loss_report(sub), flush=True)
-        ok &= all(r["silent_lost"] == 0 for r in sub["ladders"])
+        ok &= all(r["silent_lost"] == 0 for r in runs)
+    if a.out:
+        Path(a.out).write_text(json.dumps(lw["ladders"], indent=1, default=str))
     return ok
 
 
@@ -454,6 +488,8 @@ def session_phase(a: SimpleNamespace) -> bool:
 @click.option("--skip", default="", help="comma list of: proxy, session, pipeline, udp, serial, fleet")
 @click.option("--pipeline-rates", default="64:500/2000/20000/100000", help="pipelining A/B, no loss")
 @click.option("--fleet-proxies", is_flag=True, help="fleet through 1,000 netem proxies")
+@click.option("--repeat", type=int, default=1, help="runs per point and code (order swapped); means reported")
+@click.option("--out", default="", help="write every leadwire run's row here (JSON)")
 @click.option("--fleet-bridge", default="", hidden=True)
 @click.option("--fleet-inside", is_flag=True, hidden=True)
 @click.option("--before-tree", default="", hidden=True)
