@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow.dataset as ds
 
-from leadwire.fleet.synth import SynthConfig, generate, write_export, write_synth
+from leadwire.fleet.synth import (
+    SynthConfig,
+    _add_counts,
+    generate,
+    percentile_of_counts,
+    write_export,
+    write_synth,
+)
 
 
 def _digests(root: Path) -> dict[str, str]:
@@ -54,3 +61,14 @@ def test_rewrite_replaces_the_export(tmp_path: Path) -> None:
     truth = write_synth(cfg, str(tmp_path), chunk_rows=3_000)
     assert _digests(tmp_path) == first
     assert ds.dataset(tmp_path / "arrivals", format="parquet").count_rows() == truth.totals["rows"]
+
+
+def test_percentile_of_counts_is_numpys() -> None:
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 3, 17, 1000, 123_457):
+        values = np.exp(rng.normal(np.log(20_000), 0.6, n)).astype(np.int64)
+        counts = np.zeros(0, np.int64)
+        for part in np.array_split(values, 3):
+            counts = _add_counts(counts, part)
+        for p in (0, 37.5, 50, 99, 100):
+            assert percentile_of_counts(counts, p) == float(np.percentile(values, p))
