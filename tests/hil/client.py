@@ -69,6 +69,27 @@ class SerialLink(Link):
     def send_bytes(self, data: bytes) -> None:
         os.write(self.fd, data)
 
+    def flush(self) -> None:
+        """Forget what the port holds unread (a board shared between tests: the last test's
+        session kept sending after its client stopped reading, and a pty keeps that)."""
+        termios.tcflush(self.fd, termios.TCIFLUSH)
+        while select.select([self.fd], [], [], 0)[0] and os.read(self.fd, 65536):
+            pass
+        self.dec = framing.StreamDecoder()
+        self.ready = []
+
+    def skip_to_hello(self, timeout: float) -> None:
+        """Drop frames up to the first HELLO and keep that one to be read next: after flush() and a
+        reset, what the old agent sent between the two comes before the new boot's HELLO."""
+        end = time.monotonic() + timeout
+        while True:
+            got = self.recv(end - time.monotonic())
+            if got is None:
+                raise AssertionError("no boot HELLO within %.0f s of the reset" % timeout)
+            if isinstance(got, bytes) and wire.frame_type(got) == wire.HELLO:
+                self.ready.insert(0, got)
+                return
+
     def recv(self, timeout: float) -> bytes | wire.WireError | None:
         end = time.monotonic() + timeout
         while not self.ready:
