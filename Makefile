@@ -30,6 +30,7 @@ $(STAMP): pyproject.toml | check-python
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test: $(STAMP) lint check-java typecheck
 	@# the WebAssembly tier's MicroPython (tools/wasm/package.json, pinned); without npm tests/wasm skips

@@ -333,7 +333,11 @@ def fleet_table(a: SimpleNamespace, codes: list[str | None], tmp: Path, kernel: 
                          "%.0f" % f["bridge_cpu_pct"]])  # fmt: skip
     how = "nftables drops in a private network namespace" if kernel else "each behind its own netem proxy"
     return "\n### fleet: %d devices at 10 Hz, %s (load average now %s)\n\n%s" % (
-        a.fleet, how, loadavg(), pmb.table(rows))
+        a.fleet,
+        how,
+        loadavg(),
+        pmb.table(rows),
+    )
 
 
 async def fleet_bridge(cfg_path: str) -> dict[str, Any]:
@@ -382,7 +386,7 @@ def loadavg() -> str:
 
 
 def _rates(text: str) -> dict[int, list[int]]:
-    """"64:500/1000,256:10000" -> {64: [500, 1000], 256: [10000]} (payload size: offered rates)."""
+    """ "64:500/1000,256:10000" -> {64: [500, 1000], 256: [10000]} (payload size: offered rates)."""
     pairs = (p.split(":") for p in text.split(",") if p)
     return {int(k): [int(x) for x in v.split("/")] for k, v in pairs}
 

@@ -903,7 +903,8 @@ def note(r: dict[str, Any]) -> None:
     log(
         "  %-22s %4d B loss %g: %s events/s, got %s of %s, known lost %s, silent %s, %.1f wire B/ev%s"
         % (
-            r["system"] + (" @%d" % r["offered_hz"] if "offered_hz" in r else "")
+            r["system"]
+            + (" @%d" % r["offered_hz"] if "offered_hz" in r else "")
             + (" (%s)" % r["code"] if "code" in r else ""),
             r["size"],
             r["loss"],
@@ -985,12 +986,17 @@ def parse_lists(args: SimpleNamespace) -> SimpleNamespace:
 @click.option("--seconds", type=float, default=30.0, help="time cap of an MQTT run")
 @click.option("--nagle-seconds", type=float, default=10.0, help="time cap of MQTT QoS 1 as shipped")
 @click.option("--lw-seconds", type=float, default=8.0, help="time cap of a leadwire run")
-@click.option("--lw-rates", default="64:20000/60000/150000/300000,256:10000/40000/100000/200000",
-              help="leadwire offered events/s per size (the ladder)")
-@click.option("--ring", default="64:264,256:66",
-              help="leadwire ring capacity per size (the most a 64 KB heap fits)")
-@click.option("--frames", type=int, default=16,
-              help="leadwire answer frames per POLL (a burst; 1 = one frame)")
+@click.option(
+    "--lw-rates",
+    default="64:20000/60000/150000/300000,256:10000/40000/100000/200000",
+    help="leadwire offered events/s per size (the ladder)",
+)
+@click.option(
+    "--ring", default="64:264,256:66", help="leadwire ring capacity per size (the most a 64 KB heap fits)"
+)
+@click.option(
+    "--frames", type=int, default=16, help="leadwire answer frames per POLL (a burst; 1 = one frame)"
+)
 @click.option("--no-pipeline", is_flag=True, help="leadwire without pipelined POLLs (polling.pipeline)")
 @click.option("--tick", type=int, default=0, help="leadwire board tick, ms (0: busy, as the MQTT loop)")
 @click.option("--timeout", type=float, default=0.02, help="bridge poll timeout, s (loopback RTT < 1 ms)")

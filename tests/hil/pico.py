@@ -96,9 +96,22 @@ def flashed_pico(board_dir: Path, config: dict[str, Any]) -> PicoBoard:
         cfg.write_text(json.dumps(config))
         n = board.events()
         r = subprocess.run(
-            [sys.executable, "-m", "leadwire.cli", "flash", "--port", board.repl or "", "--board", "rp2",
-             "--config", str(cfg), "--no-auth"],
-            capture_output=True, text=True, timeout=240,
+            [
+                sys.executable,
+                "-m",
+                "leadwire.cli",
+                "flash",
+                "--port",
+                board.repl or "",
+                "--board",
+                "rp2",
+                "--config",
+                str(cfg),
+                "--no-auth",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
         )
         if r.returncode != 0:
             raise RuntimeError("leadwire flash: exit %d: %s %s" % (r.returncode, r.stdout[-800:], r.stderr))

@@ -31,9 +31,15 @@ CHECKS = re.findall(r"^def (test_\w+)\(", RUNNER.read_text(), re.M)
 # allocation checks and vectors; LEADWIRE_PICO_FULL=1 runs all of them (~35 s of its clock, several
 # minutes of wall time on a loaded machine)
 QUICK = [
-    "test_alloc_answer_recovery_and_no_event", "test_alloc_cobs_encode", "test_alloc_copy",
-    "test_alloc_ring_write", "test_alloc_stream_decoder", "test_alloc_wire_check_and_crc",
-    "test_crc16_vectors", "test_offsets_stay_small_across_wrap", "test_ring_vectors",
+    "test_alloc_answer_recovery_and_no_event",
+    "test_alloc_cobs_encode",
+    "test_alloc_copy",
+    "test_alloc_ring_write",
+    "test_alloc_stream_decoder",
+    "test_alloc_wire_check_and_crc",
+    "test_crc16_vectors",
+    "test_offsets_stay_small_across_wrap",
+    "test_ring_vectors",
 ]
 
 
