@@ -304,11 +304,11 @@ def _until_fragment0(c: Client, channel: int, timeout: float = 5.0) -> Frame:
 BULK = {"report": {"ms": 600}}  # channel 1 fills the 1 KB body: several fragments per report
 # The emulated Pico's sensors run at a quarter rate (Dut.pace): channel 1 makes ~950 B/s, so a
 # 600 ms report is ~5 fragments of 128 B, and rp2's UART driver takes 1 KB at once (txbuf): the
-# whole report was in the driver before the host read fragment 0, and the alarm got in only when
-# the host's garbage won a race against the last frame (failed a CI run: alarm raised, value 1,
-# after all 6 fragments). A 3 s period fills ~2.9 KB (~24 fragments), ~16 of them still in the
-# agent's queue when fragment 0 reaches the host; the longer ACK timeout keeps a resend out of the
-# report being read.
+# whole report can be in the driver before the host reads fragment 0, leaving nothing for the alarm
+# to pass. A 3 s period fills ~2.9 KB (~24 fragments), most of them still in the agent's queue when
+# fragment 0 reaches the host; the longer ACK timeout keeps a resend out of the report being read.
+# (The CI failure that led here had another cause: a stale report read from the shared Pico's pty,
+# fixed in conftest's Dut by SerialLink.flush / skip_to_hello.)
 BULK_RP2 = {"report": {"ms": 3000, "bytes": 3072, "timeout": 2000}}
 
 
