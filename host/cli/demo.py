@@ -97,12 +97,14 @@ def spark_child(argv: list[str]) -> int:
         build_session,
         format_summary,
         input_bytes,
+        launch_conf,
         run_job,
-        small_input_conf,
     )
+    from leadwire.fleet.jvm_archive import ClassArchive
 
     prog = Progress()
-    extra = {"spark.default.parallelism": "2", **small_input_conf("local[2]", input_bytes(argv[1]))}
+    archive = ClassArchive()
+    extra = {"spark.default.parallelism": "2", **launch_conf("local[2]", input_bytes(argv[1]), archive)}
     with prog.stage("start spark (local[2], adaptive execution off, 2 shuffle partitions)"):
         spark = build_session("local[2]", 2, "1g", "leadwire-demo", adaptive=False, extra=extra)
     try:
@@ -112,6 +114,7 @@ def spark_child(argv: list[str]) -> int:
         return 2
     finally:
         spark.stop()
+        archive.finish(prog.log)
     print(format_summary(summary), flush=True)
     return 0
 

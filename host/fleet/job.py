@@ -71,6 +71,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from leadwire.fleet import transforms as T
+from leadwire.fleet.jvm_archive import ClassArchive
 from leadwire.fleet.options import DEFAULT_LOOKAHEAD_DAYS, BadInput, check_date, date_options, resolve_dates
 from leadwire.fleet.schema import PARTITION_COLUMN, TABLES, spark_schema
 
@@ -248,6 +249,17 @@ def small_input_conf(master: str, nbytes: int | None) -> dict[str, str]:
     """SMALL_INPUT_CONF for a local master and an input known to be small, else nothing."""
     small = master.startswith("local") and nbytes is not None and nbytes <= SMALL_INPUT_BYTES
     return dict(SMALL_INPUT_CONF) if small else {}
+
+
+def launch_conf(master: str, nbytes: int | None, archive: ClassArchive | None) -> dict[str, str]:
+    """The JVM options of a session leadwire starts itself: C1 only for a small input on a local
+    master (small_input_conf), and the class-data archive (jvm_archive) for any local master."""
+    key = "spark.driver.extraJavaOptions"
+    opts = [small_input_conf(master, nbytes).get(key, "")]
+    if archive is not None and master.startswith("local"):
+        opts.append(archive.java_options())
+    joined = " ".join(o for o in opts if o)
+    return {key: joined} if joined else {}
 
 
 def local_shuffle_partitions() -> int:
@@ -769,9 +781,11 @@ def run_job(
     if spark is None:
         spark = SparkSession.getActiveSession()
     own = spark is None
+    archive: ClassArchive | None = None
     if own:
         with prog.stage("start spark (%s)" % master):
-            extra = small_input_conf(master, input_bytes(input_dir))
+            archive = ClassArchive()
+            extra = launch_conf(master, input_bytes(input_dir), archive)
             spark = build_session(master, shuffle_partitions, driver_memory, extra=extra)
     assert spark is not None
     _apply_conf(spark)
@@ -826,6 +840,8 @@ def run_job(
             df.unpersist()
         if own:
             spark.stop()
+            if archive is not None:
+                archive.finish(prog.log)
 
 
 def _run(

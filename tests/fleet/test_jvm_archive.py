@@ -1,0 +1,98 @@
+"""The local Spark JVM's class-data archive (host/fleet/jvm_archive.py): which options a session
+gets, the cache's housekeeping, and one real round trip: a JVM that writes the archive at exit,
+then one that maps it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leadwire.fleet import jvm_archive
+from leadwire.fleet.job import launch_conf
+from leadwire.fleet.jvm_archive import QUIET, ClassArchive
+
+JAVA_OPTS = "spark.driver.extraJavaOptions"
+
+
+def test_first_run_writes_then_later_runs_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(jvm_archive.ENV_SWITCH, raising=False)
+    a = ClassArchive(tmp_path, key="k1")
+    pending = tmp_path / ("spark-k1.jsa.%d.tmp" % os.getpid())
+    assert a.java_options() == "-XX:ArchiveClassesAtExit=%s %s" % (pending, QUIET) and a.pending == pending
+    (tmp_path / "spark-k1.jsa").write_bytes(b"x")
+    b = ClassArchive(tmp_path, key="k1")
+    assert b.java_options() == "-XX:SharedArchiveFile=%s %s" % (tmp_path / "spark-k1.jsa", QUIET)
+    assert b.pending is None and b.finish() is False  # nothing to save
+
+
+def test_switch_off_and_unknown_jvm_give_no_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(jvm_archive.ENV_SWITCH, "0")
+    assert ClassArchive(tmp_path, key="k1").java_options() == ""
+    monkeypatch.delenv(jvm_archive.ENV_SWITCH)
+    assert ClassArchive(tmp_path, key="").java_options() == ""  # no java or no Spark jars found
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_killed_runs_leftover_goes_a_live_ones_stays(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / ("spark-k1.jsa.%d.tmp" % dead.pid)
+    live = tmp_path / ("spark-k0.jsa.%d.tmp" % os.getppid())  # another run still writing
+    left.write_bytes(b"half")
+    live.write_bytes(b"half")
+    ClassArchive(tmp_path, key="k1").java_options()
+    assert not left.exists() and live.exists()
+
+
+def test_launch_conf_joins_c1_and_the_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(jvm_archive.ENV_SWITCH, raising=False)
+    (tmp_path / "spark-k1.jsa").write_bytes(b"x")
+    shared = "-XX:SharedArchiveFile=%s %s" % (tmp_path / "spark-k1.jsa", QUIET)
+    a = ClassArchive(tmp_path, key="k1")
+    assert launch_conf("local[2]", 1000, a) == {JAVA_OPTS: "-XX:TieredStopAtLevel=1 " + shared}
+    assert launch_conf("local[2]", None, a) == {JAVA_OPTS: shared}  # size unknown: C2 kept
+    assert launch_conf("local[2]", 1000, None) == {JAVA_OPTS: "-XX:TieredStopAtLevel=1"}
+    assert launch_conf("spark://127.0.0.1:7077", 1000, a) == {}  # a cluster: its own launch
+
+
+# one process per JVM: the archive is written at the JVM's exit, read at the next one's start
+ROUND = """
+import sys
+from pyspark.sql import SparkSession
+from leadwire.fleet.job import build_session, launch_conf
+from leadwire.fleet.jvm_archive import ClassArchive
+a = ClassArchive()
+extra = launch_conf("local[1]", None, a)
+if sys.argv[1:]:  # the cds log (QUIET turned it off on stdout) into a file
+    extra["spark.driver.extraJavaOptions"] += " -Xlog:cds=info:file=" + sys.argv[1]
+s = build_session("local[1]", 1, "512m", "cds-test", extra=extra)
+print(s.range(1000).selectExpr("sum(id)").collect()[0][0])
+s.stop()
+print(a.finish(print))
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_real_jvm_writes_the_archive_and_the_next_maps_it(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop(jvm_archive.ENV_SWITCH, None)
+    first = subprocess.run(
+        [sys.executable, "-c", ROUND], env=env, capture_output=True, text=True, timeout=200
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    lines = first.stdout.splitlines()
+    assert lines[0] == "499500" and lines[-1] == "True" and "class archive" in lines[-2]
+    made = list((tmp_path / "cache" / "leadwire" / "spark-cds").iterdir())
+    assert len(made) == 1 and made[0].name.endswith(".jsa") and made[0].stat().st_size > 10 << 20
+    log = tmp_path / "cds.log"
+    second = subprocess.run(
+        [sys.executable, "-c", ROUND, str(log)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert second.stdout.splitlines() == ["499500", "False"]  # mapped, nothing new to save
+    text = log.read_text()
+    assert "Opened archive %s." % made[0] in text and "Mapped dynamic region #0" in text
