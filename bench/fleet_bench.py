@@ -17,7 +17,10 @@ approximate for large groups, are checked against the raw values with their stat
     .venv/bin/python bench/fleet_bench.py --rows 10000000 30000000 --driver-memory 6g \
         --duckdb-memory 4GB             # the linearity check on a 24 GB machine
 
-JVM start-up is timed separately (printed beside) and not included in the Spark time. The Spark
+The JVM is started as `leadwire fleet` starts a local one (C1 only for small exports, Spark's
+classes mapped from the class-data archive in ~/.cache/leadwire/spark-cds: its first run writes
+it at exit); --plain-jvm for the JVM's defaults. JVM start-up is timed separately (printed beside)
+and not included in the Spark time. The Spark
 time is the job after session start: reading the export, the row-scale tables written by the
 executors, the small ones collected and written by the driver (no HTML report); the DuckDB time
 includes reading the export and building the same tables in memory. The machine's 1-minute load
@@ -44,7 +47,8 @@ from typing import Any
 import click
 
 from leadwire.fleet.columns import check_fleet_latency, without_approx
-from leadwire.fleet.job import TABLE_ORDER, build_session, run_job
+from leadwire.fleet.job import TABLE_ORDER, build_session, launch_conf, run_job
+from leadwire.fleet.jvm_archive import ClassArchive
 from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
 from leadwire.fleet.synth import SUMMARY_TRUTH, SynthConfig, SynthTruth, write_synth
 from leadwire.fleet.transforms import APPROX_ACCURACY, EXACT_MAX_VALUES
@@ -215,8 +219,17 @@ def one(rows: int, out: str, spark: Any, o: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def start_session(o: dict[str, Any]) -> tuple[Any, float]:
-    """The bench's SparkSession (one JVM for every size) and its start-up time."""
+ROW_BYTES = 37  # about what a synthetic arrival row takes in the export's Parquet
+
+
+def start_session(o: dict[str, Any], sizes: list[int]) -> tuple[Any, float, ClassArchive | None, str]:
+    """The bench's SparkSession (one JVM for every size), its start-up time, its class archive and
+    the JVM options leadwire gave it.
+
+    The JVM gets what `leadwire fleet` gives a local one it starts (job.launch_conf: C1 only when
+    every size's export is small, the class-data archive) unless --plain-jvm; --conf wins."""
+    archive = None if o["plain_jvm"] else ClassArchive()
+    launch = {} if archive is None else launch_conf(o["master"], max(sizes) * ROW_BYTES, archive)
     t = time.monotonic()
     spark = build_session(
         o["master"],
@@ -225,11 +238,13 @@ def start_session(o: dict[str, Any]) -> tuple[Any, float]:
         app_name="leadwire-fleet-bench",
         adaptive=o["adaptive"] or None,
         extra={
+            **launch,
             **({"spark.sql.adaptive.enabled": "true"} if o["adaptive"] else {}),
             **dict(kv.split("=", 1) for kv in o["conf"]),
         },
     )
-    return spark, time.monotonic() - t
+    opts = dict(kv.split("=", 1) for kv in o["conf"]).get("spark.driver.extraJavaOptions")
+    return spark, time.monotonic() - t, archive, opts or launch.get("spark.driver.extraJavaOptions", "-")
 
 
 HEAD = "%12s %9s %9s %6s %5s %5s %11s %9s %9s %14s %22s" % (
@@ -301,6 +316,11 @@ def print_results(results: list[dict[str, Any]]) -> bool:
 )
 @click.option("--keep", is_flag=True, help="keep the generated export and Spark output")
 @click.option(
+    "--plain-jvm",
+    is_flag=True,
+    help="the JVM without what `leadwire fleet` gives a local one (C1 for small exports, class archive)",
+)
+@click.option(
     "--chunk-rows",
     type=int,
     default=1_000_000,
@@ -313,7 +333,7 @@ def print_results(results: list[dict[str, Any]]) -> bool:
 def main(**o: Any) -> None:
     sizes = [*o["rows"], *o["more_rows"]] or [1_000_000, 10_000_000]
     os.makedirs(o["out"], exist_ok=True)
-    spark, jvm_s = start_session(o)
+    spark, jvm_s, archive, jvm_opts = start_session(o, sizes)
     print("[bench] spark session (%s) started in %.1fs" % (o["master"], jvm_s), flush=True)
     results = []
     try:
@@ -322,10 +342,12 @@ def main(**o: Any) -> None:
         mem = "JVM peak RSS per size: %s MB" % ", ".join("%.0f" % r["jvm_peak_mb"] for r in results)
     finally:
         spark.stop()
+        if archive is not None:
+            archive.finish(lambda m: print("[bench] " + m, flush=True))
     print()
     print(
         "JVM start %.1fs (not in the Spark times); AQE %s; shuffle partitions %s; driver memory %s;"
-        " hot device share %s; conf %s; %s"
+        " hot device share %s; conf %s; JVM options %s; %s"
         % (
             jvm_s,
             "on" if o["adaptive"] else "off",
@@ -333,6 +355,7 @@ def main(**o: Any) -> None:
             o["driver_memory"],
             o["hot_device_share"],
             " ".join(o["conf"]) or "-",
+            jvm_opts,
             mem,
         )
     )
