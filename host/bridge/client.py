@@ -50,7 +50,7 @@ from typing import Any
 from leadwire import auth as core_auth
 from leadwire import auth_host, codec, frames, messages, u32, wire
 from leadwire import client as core
-from leadwire.hold import HoldingPollClient
+from leadwire.hold import AHEAD, HoldingPollClient
 from leadwire.lead import LeadTracker
 from leadwire.reassembly import Reassembler
 
@@ -105,6 +105,10 @@ GEN_RATE_SPAN = 0.002  # s: the generation rate is measured over answers at leas
 # the dead-link backoff (on_transport_error) waits for silent rounds in a row whose RTOs add up to
 # at least this fraction of polling.timeout (its first wait is timeout / 2: at most doubles the silence)
 DEAD_SILENCE = 0.5
+# tail-loss probe (DeviceClient.request): armed at SRTT + 2 RTTVAR + PROBE_MARGIN (s) instead of the RTO
+# while the link has timed out within the last PROBE_RECENT sends
+PROBE_MARGIN = 0.0002
+PROBE_RECENT = 2000
 
 _COUNTERS_JSON = '{"device":{%s},"channels":{%%s}}' % ",".join('"%s":%%d' % k for k in DEVICE_COUNTERS)
 _CHANNEL_JSON = '"%%d":{%s}' % ",".join('"%s":%%d' % k for k in CHANNEL_COUNTERS)
@@ -258,6 +262,13 @@ class DeviceClient:
         self._silent_s = 0.0
         self._slow_rounds = 0
         self._last_rx_s = float("-inf")  # when the last polling frame arrived (rtt.on_answer)
+        self._early_gap: int | None = None  # n when a gap in a pipelined POLL's burst was asked for
+        self.early_gaps = 0  # such gaps asked for before the pipelined POLL's answer showed them
+        # tail-loss probe (request): the outstanding POLL was armed with the probe, not the RTO
+        self._probing = False
+        self._probed = False  # a probe fired since the last round-trip sample: the next send waits the RTO
+        self._loss_send = -(10**9)  # rtt.sends at the last timeout (the link has shown loss lately)
+        self.probes = 0  # probes that fired
         # adaptive polling
         self.interval = poll.interval
         self.next_delay = 0.0
@@ -428,8 +439,11 @@ class DeviceClient:
         # alone: 415 such against 107 in test_lossy_overrun); too long a one loses events the ring
         # still held: with 2 RTTVAR uncapped (often several SRTTs on a loaded host) a 256-slot ring
         # at 60,000/s lost 3/4 of it per overrun. The margin is at most one round trip's events.
-        srtt = self.rtt.srtt or 0.0
-        pc.turnover = int(self._gen_rate * (srtt + min(2 * self.rtt.rttvar, srtt)))
+        srtt = max(self.rtt.srtt or 0.0, self.rtt.srtt_plain or 0.0)
+        margin = self._gen_rate * min(2 * self.rtt.rttvar, srtt)
+        if self.capacity:
+            margin = min(margin, self.capacity / 2)  # a ring turning over per round trip: its middle
+        pc.turnover = int(self._gen_rate * srtt + margin)
         f = pc.next_request(self.poll_cfg.batch, self.poll_cfg.max_bytes, self.poll_cfg.frames)
         if f.type == wire.POLL:
             self.outstanding = REQ_POLL
@@ -440,6 +454,25 @@ class DeviceClient:
         else:
             self.outstanding = REQ_HELLO
         self.rto = self.rtt.on_send(f.message_id, now_s)
+        self._probing = False
+        rtt = self.rtt
+        if (
+            f.type == wire.POLL
+            and pc.pipeline
+            and not self._probed
+            and not rtt.backoff
+            and rtt.srtt is not None
+            and rtt.sends - self._loss_send < PROBE_RECENT
+        ):
+            # tail-loss probe: on a link that lost a datagram lately, with the device generating a few
+            # events per round trip, a POLL (or its one-frame answer) lost is found at SRTT + 2 RTTVAR
+            # + PROBE_MARGIN instead of the RTO (whose floor is there for a loaded host's late
+            # answers); once per sample: a second silence waits the RTO. A probe that was not needed
+            # costs a duplicate answer (logged as duplicate arrivals, never stored twice)
+            probe = rtt.srtt + 2 * rtt.rttvar + PROBE_MARGIN
+            if probe < self.rto:
+                self.rto = probe
+                self._probing = True
         return f
 
     def on_transport_error(self) -> float:
@@ -461,6 +494,17 @@ class DeviceClient:
             return 0.0
         self.outstanding = 0
         pc = self.pc
+        self._loss_send = self.rtt.sends
+        if self._probing:
+            # the tail-loss probe (request) fired: the same request again at once, no back-off (the RTO
+            # was not reached) and not a silent round (the HELLO and the dead-link wait count RTOs)
+            self._probing = False
+            self._probed = True
+            self.probes += 1
+            self.rtt.on_timeout(pc.tag, backoff=False)
+            pc.transport_errors += 1
+            self.next_delay = 0.0
+            return 0.0
         self.rtt.on_timeout(pc.tag)
         pc.on_timeout()
         if pc.consecutive_errors == 1:  # the first silent round since an answer
@@ -531,7 +575,8 @@ class DeviceClient:
             pc = self.pc
             if t != wire.HELLO or f.message_id == pc.tag:  # (a boot HELLO answers no request)
                 # the first frame of an answer: its round trip, from the send or the frame before
-                self.rtt.on_answer(f.message_id, now_s, self._last_rx_s)
+                if self.rtt.on_answer(f.message_id, now_s, self._last_rx_s) is not None:
+                    self._probed = False
             self._last_rx_s = now_s
             old_epoch = pc.epoch
             kind, data = pc.on_frame(f)
@@ -541,6 +586,23 @@ class DeviceClient:
                 self.dirty = True
                 if t == wire.EVENTS:
                     self._stale_events(f, rx_us)
+                    if (
+                        f.message_id == pc.prev_tag
+                        and self.outstanding == REQ_POLL
+                        and pc.held
+                        and self._early_gap != pc.n
+                        and u32.lt(u32.succ(pc.n), f.seq)
+                    ):
+                        # a frame of the burst before the outstanding pipelined POLL went missing
+                        # (this one was held: leadwire.hold): the gap's events will be gone before
+                        # that POLL's answer shows it. Ask for the gap now (two in flight: the
+                        # pipelined POLL's answer is still taken or held when it comes)
+                        self._early_gap = pc.n
+                        self.early_gaps += 1
+                        pc.repoll = True  # just the gap: the pipelined POLL asks for what follows
+                        self.outstanding = 0
+                        self.next_delay = 0.0
+                        return True
                 if (
                     f.message_id == pc.tag
                     and pc.burst_done
@@ -555,8 +617,15 @@ class DeviceClient:
                     return True
                 return False
             if kind == core.EVENTS:
+                overrun = pc.gap_loss
+                if overrun is not None:
+                    # an overrun RECOVERY that took held frames (leadwire.hold): only the gaps between
+                    # them were lost, and what was overwritten after them; the loss row first
+                    pc.gap_loss = None
+                    self._on_loss(overrun, old_epoch, rx_us)
                 self._saw_newest(u32.add(pc.n, pc.backlog), now_s)
-                if len(pc.taken) > 1:  # held frames taken after this one filled their gap
+                if len(pc.taken) > 1 or t != wire.EVENTS:  # held frames taken after this one filled
+                    # their gap, or by a RECOVERY that showed the gaps before them overwritten
                     for hf, evs in pc.taken:
                         self._events(hf, evs, rx_us)
                 else:
@@ -575,11 +644,28 @@ class DeviceClient:
                 # the whole burst counts: full when every frame asked for came back full
                 got = self._burst_events
                 self._adapt(now_s, got, pc.backlog, full=got >= self.poll_cfg.batch * pc.max_frames)
+                if overrun is not None:
+                    self.next_delay = 0.0  # the ring overran: poll again now
                 return True
             self.outstanding = 0
             self.dc["round_trips"] += 1
             self.dirty = True
-            if kind == core.NOTHING:
+            if kind == AHEAD:
+                # an overrun's recovery started past the device's newest event (leadwire.hold): our
+                # POLL got there before the device did; poll again now
+                self._saw_newest(data, now_s)
+                r = self.recovery
+                if r is not None and r.core is not None and r.core.lost != r.lost:
+                    self._sync_loss(rx_us)  # what it generated since is counted lost now
+                # when the device should get there at its rate (the rate falls with every answer that
+                # shows no progress: a device that stopped is polled at polling.interval_max)
+                gen = self._gen_rate
+                imax = self.poll_cfg.interval_max
+                self.next_delay = min(imax, pc.unproven / gen) if gen > 0 else imax
+            elif kind == core.NOTHING:
+                r = self.recovery
+                if r is not None and r.core is not None and r.core.lost != r.lost:
+                    self._sync_loss(rx_us)  # the skip past the newest shown generated (leadwire.hold)
                 # a pipelined POLL found nothing new: the burst before it drained the ring, and its
                 # events (counted since that POLL went out) are what this answer tells, not "idle"
                 got = self._burst_events if pc.poll_pipelined else 0
@@ -728,6 +814,11 @@ class DeviceClient:
         r = self.recovery
         if r is None or r.core is None:
             return
+        lost = r.core.lost
+        if lost is not None and r.lost is not None and lost != r.lost:
+            # events skipped past the device's newest, now shown generated (leadwire.hold)
+            self.dc["overrun_lost"] += lost - r.lost
+            r.lost = lost
         r.recovered = r.core.recovered
         if r.core.ended:
             r.ended_us = rx_us

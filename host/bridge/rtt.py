@@ -52,6 +52,10 @@ class RttEstimator:
         self.floor = floor
         self.ceiling = max(ceiling, floor)
         self.srtt: float | None = None
+        # SRTT of the sends that went out on a quiet link only (no answer frames still coming): a
+        # pipelined POLL's sample starts at the last frame before it, so SRTT runs below the round
+        # trip of a POLL sent after a RECOVERY (the bridge's turnover estimate uses this one)
+        self.srtt_plain: float | None = None
         self.rttvar = 0.0
         self.base = self.ceiling  # RTO before back-off (the ceiling until the first sample)
         self.backoff = 0  # timeouts since the last sample
@@ -90,11 +94,13 @@ class RttEstimator:
             self._rto_i = (self._rto_i + 1) % RTO_HIST
         return rto
 
-    def on_timeout(self, tag: int) -> None:
+    def on_timeout(self, tag: int, backoff: bool = True) -> None:
         """The send with this tag got no answer within its RTO: back off (the next send waits twice
-        as long, up to the ceiling)."""
+        as long, up to the ceiling). backoff=False: a probe armed before the RTO fired (the bridge's
+        tail-loss probe): counted, and an answer after all is a spurious retransmission, no back-off."""
         self.timeouts += 1
-        self.backoff += 1
+        if backoff:
+            self.backoff += 1
         if tag in self._sent:
             self._timed_out.add(tag)
 
@@ -115,6 +121,8 @@ class RttEstimator:
             self.spurious += 1
         r = max(0.0, now - max(t0, quiet_since))
         self.sample(r)
+        if quiet_since <= t0:  # sent after the link went quiet: a whole round trip, nothing queued
+            self.srtt_plain = r if self.srtt_plain is None else 0.875 * self.srtt_plain + 0.125 * r
         return r
 
     def sample(self, r: float) -> None:

@@ -18,11 +18,25 @@
 # the second answer does not fit n, is held, and the gap is asked for again (one round trip, as
 # before). `gap_ahead` counts these second POLLs.
 #
+# Past the newest event (with turnover set): where the ring turns over faster than a round trip,
+# the turnover skip capped at three quarters of the held range (PollClient) lands on events already
+# gone when the POLL gets there, and the chase repeats. Here an overrun's recovery starts past the
+# turnover uncapped (at most 4 rings), even past n1: at an offset the device will have reached when
+# the POLL lands. The events up to n1 are counted lost at once; those after n1 (`unproven`: not
+# generated yet when the RECOVERY left) only once an answer shows the device got there (EVENTS from
+# s(n), NO_EVENT(n), or an overrun RECOVERY past them), added to the same Loss (lost and skipped).
+# Until then a RECOVERY of the same boot whose range ends before n answers "not there yet": AHEAD,
+# poll again (no new recovery; the events up to its n1 are proven, the rest stays unproven). A
+# restart drops the unproven part: never counted. received + lost = the events generated up to
+# n - unproven, exactly, at every step.
+#
 # A subclass, not part of PollClient: the board-sized heap that runs the core's tests on
 # MicroPython has no room for the extra code, and no board needs it.
 from leadwire import messages, wire
-from leadwire.client import EVENTS, POLLING, STALE, PollClient
-from leadwire.u32 import distance, le, lt, succ
+from leadwire.client import EVENTS, OVERRUN, POLLING, RECOVER, STALE, Loss, PollClient
+from leadwire.u32 import add, distance, le, lt, succ
+
+AHEAD = "ahead"  # on_frame() result: a RECOVERY says the device has not reached n yet; data: its n1
 
 MAX_HELD = 64  # frames held ahead of a gap
 RECENT_TAGS = 6  # POLL tags whose frames may be held
@@ -37,6 +51,11 @@ class HoldingPollClient(PollClient):
         self.held_taken = 0  # held frames taken after their gap was filled
         self.gap_ahead = 0  # second POLLs sent with a gap repoll, from the held burst's end
         self.gap_tag = -1  # tag of the gap repoll a second POLL followed (its RECOVERY is acted on)
+        self.unproven = 0  # events after the device's newest seen, up to n: counted lost once proven
+        self.aheads = 0  # AHEAD answers (a POLL past the device's newest landed too early)
+        self.past_newest = 0  # overrun recoveries started past n1
+        self.gap_loss = None  # the Loss of the gaps an overrun RECOVERY found behind held frames
+        self.absorbed = 0  # overrun RECOVERYs that took held frames (their events: EVENTS + gap_loss)
 
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
         end = None
@@ -91,6 +110,14 @@ class HoldingPollClient(PollClient):
 
     def on_frame(self, frame):
         tag = frame.message_id
+        if (
+            self.unproven
+            and frame.type == wire.NO_EVENT
+            and tag == self.tag
+            and frame.seq == self.n
+            and self.state == POLLING
+        ):
+            self._prove()  # the device holds n: every event up to it was generated
         if frame.type != wire.EVENTS:
             if frame.type == wire.RECOVERY and tag == self.gap_tag and tag == self.prev_tag:
                 # the gap repoll's answer (it asked from n): the gap was overwritten. Acted on as the
@@ -132,6 +159,8 @@ class HoldingPollClient(PollClient):
         result = super()._events(frame)
         if result[0] != EVENTS:
             return result
+        if self.unproven:
+            self._prove()  # events from s(n) of the old n: every one up to it was generated
         out = result[1]
         self.taken = [(frame, out)]
         held = self.held
@@ -150,6 +179,110 @@ class HoldingPollClient(PollClient):
             self.held_taken += 1
         return (EVENTS, out)
 
+    def _prove(self, u=-1):
+        # u (all by default) of the events after the newest seen up to n were generated: lost, in
+        # the Loss that skipped them
+        if u < 0 or u > self.unproven:
+            u = self.unproven
+        self.unproven -= u
+        loss = self.loss
+        if loss is not None and loss.lost is not None:
+            loss.lost += u
+            loss.skipped += u
+            self.lost += u
+
+    def _recovery(self, frame):
+        if self.state != POLLING or self.fresh:
+            self.unproven = 0
+            return super()._recovery(frame)
+        n0, n1 = messages.decode_recovery(frame)
+        if messages.recovery_epoch(frame) != self.epoch:
+            self.unproven = 0  # a restart: the old boot may never have got that far
+            return super()._recovery(frame)
+        start = succ(self.n)
+        if not lt(start, n0):
+            if self.unproven and lt(n1, self.n):
+                # our POLL from past the newest landed before the device got there: poll again.
+                # What it generated since (up to n1) is lost now, the rest still unproven
+                self._prove(self.unproven - distance(self.n, n1))
+                self.consecutive_errors = 0
+                self.burst_done = True
+                self.aheads += 1
+                return (AHEAD, n1)
+            return super()._recovery(frame)
+        self._prove()  # n0 is past n: every event before it was generated
+        self.consecutive_errors = 0
+        # held frames first: what they carry is in hand, whatever the ring overwrote since; only the
+        # gaps between them that end before n0 are gone (a gap reaching n0 the device still holds)
+        client_n = self.n
+        out, gaps = self._take_held(n0) if self.held else (None, 0)
+        start = succ(self.n)
+        if out is not None and not lt(start, n0):
+            # they reach what the device holds: the gaps are the whole loss, nothing restarts
+            self._chasing = 0
+            if gaps:
+                if self.loss is not None:
+                    self.loss.ended = True
+                loss = self.loss = Loss(OVERRUN, client_n, n0, n1, self.epoch, gaps)
+                loss.ended = le(n1, self.n)
+                self.recoveries += 1
+                self.lost += gaps
+                self.gap_loss = loss
+            return (EVENTS, out)
+        held = distance(n1, n0)
+        skip = held * min(self._chasing, 3) // 4
+        if self.turnover > skip:
+            skip = min(self.turnover, 4 * (held + 1))  # uncapped by the held range (above)
+        past = skip - held - 1 if skip > held + 1 else 0  # offsets after n1 skipped over
+        loss = self._begin(OVERRUN, n0, n1, gaps + distance(n0, start) + skip - past, skip)
+        loss.client_n = client_n
+        loss.skipped = skip - past
+        self.unproven = past
+        if past:
+            self.past_newest += 1
+        self._chasing += 1
+        if out is not None:
+            self.gap_loss = loss  # the held frames' events, then polling from past n0 (above)
+            return (EVENTS, out)
+        return (RECOVER, loss)
+
+    def _take_held(self, n0):
+        # The run of held frames from s(n) on whose gaps all end before n0 (gone from the ring): taken
+        # (n moves to their end, `taken` lists them); returns (their events, the gaps' size), or
+        # (None, 0) when the first held frame's gap reaches into the ring.
+        held = self.held
+        n = self.n
+        for k in [k for k in held if le(k, n)]:
+            del held[k]
+        out = None
+        gaps = 0
+        taken = []
+        while held:
+            k = None
+            for x in held:
+                if k is None or lt(x, k):
+                    k = x
+            if le(k, n):
+                del held[k]  # overlaps what was just taken (frames of other sizes): its tail is lost
+                continue
+            if k != succ(n) and lt(n0, k):
+                break  # the gap before it reaches into the ring: polled as usual
+            f = held.pop(k)
+            backlog, recs = messages.decode_records(f.payload)
+            if not recs:
+                break
+            gaps += distance(k, succ(n))
+            evs = [((k + i) & 0xFFFFFFFF, r[0], r[1]) for i, r in enumerate(recs)]
+            n = add(k, len(recs) - 1)
+            self.n = n
+            self._took(len(recs), backlog)
+            taken.append((f, evs))
+            out = evs if out is None else out + evs
+        if out is not None:
+            self.taken = taken
+            self.absorbed += 1
+        return out, gaps
+
     def _begin(self, cause, n0, n1, lost, skip=0):
         self.held = {}
         self.recent = []
@@ -160,4 +293,5 @@ class HoldingPollClient(PollClient):
         if restarted:
             self.held = {}
             self.recent = []
+            self.unproven = 0
         return super()._hello(hello)

@@ -149,7 +149,7 @@ class Link:
         self.waiting = True
         self.sent = self.t
         self.gen += 1
-        assert cl.rtt.floor <= cl.rto <= cl.rtt.ceiling
+        assert cl.rtt.floor <= cl.rto <= cl.rtt.ceiling or (cl._probing and cl.rto < cl.rtt.rto)
         self.push(self.t + cl.rto, "deadline", self.gen)
         self.carry(data, "dev")
         if cl.send_again:  # a gap repoll and a POLL from the held burst's end: both go (daemon._send)
@@ -244,7 +244,12 @@ def test_property_rto_samples_exact_and_every_event_stored_once_or_counted_lost(
     end = link.t + 5.0
     while link.t < end and link.q:
         link.run_until(link.t + 0.01)
-        if cl.n == core.ring.newest() and not cl.pc.fresh and cl.recovery is None and core.generated:
+        if (
+            u32.le(core.ring.newest(), cl.n)
+            and not cl.pc.fresh
+            and (cl.recovery is None or cl.pc.unproven)
+            and core.generated
+        ):
             break
     link.run_until(link.t + 0.2)  # copies and late answers still in flight
     e = cl.rtt
@@ -265,7 +270,9 @@ def test_property_rto_samples_exact_and_every_event_stored_once_or_counted_lost(
     lost = sum(r.lost for r in losses if r.lost is not None)
     before = sum(u32.distance(r.n0, core.start) for r in losses if r.cause == "first_contact")
     if core.generated:
-        assert cl.n == core.ring.newest()
+        # n is the newest event, or past it by the events an overrun skipped before they existed
+        # (leadwire.hold: counted lost only once generated)
+        assert u32.distance(cl.n, core.ring.newest()) == cl.pc.unproven
         assert len(stored) + lost + before == core.generated
         gen = [core.offset_of(i) for i in range(core.generated)]
         assert stored == [o for o in gen if o in set(stored)]

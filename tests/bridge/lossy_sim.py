@@ -1,0 +1,202 @@
+"""Throughput over a lossy link in virtual time: the bench's top rungs without the host's noise.
+
+`Link` (tests/bridge/test_rtt.py: the daemon's scheduler in miniature) carries the datagrams; here
+the device also takes time to answer: a request costs `req_us` and each event it sends `ev_us`, one
+request at a time (the board's single loop), so the device has a throughput ceiling as the real
+board has. Events are written into its ring (SimCore, the core's EventRing) every `step_us` at the
+offered rate. Reported per run: events stored per second of the window, events counted lost, the
+overruns (and of them those answered by another RECOVERY with no event between: "chased"), the
+timeouts and the fraction of the window the link sat idle waiting for one ("idle on RTO": from the
+later of the send and the last frame to the timeout).
+
+Run: .venv/bin/python -m tests.bridge.lossy_sim [--quick]
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import sys
+from typing import Any
+
+from leadwire import codec, u32, wire
+from leadwire.bridge.client import DeviceClient
+from leadwire.bridge.config import DeviceConfig, PollConfig
+from leadwire.tools.simdevice import SimCore
+
+from .test_rtt import Link
+
+CLEAN = {"loss": 0.0, "dup": 0.0, "reorder": 0.0, "spike": 0.0}
+
+
+class BusyLink(Link):
+    """Link with a one-way delay of `owd` (+ up to `jitter`) and a device that is busy while it answers."""
+
+    def __init__(self, cl: DeviceClient, core: SimCore, rng: random.Random, faults: dict[str, float],
+                 owd: float, jitter: float, req_us: float, ev_us: float) -> None:  # fmt: skip
+        super().__init__(cl, core, rng, faults)
+        self.owd = owd
+        self.jitter = jitter
+        self.req_s = req_us * 1e-6
+        self.ev_s = ev_us * 1e-6
+        self.busy_until = 0.0
+        self.fifo: dict[str, float] = {}  # direction -> the last delivery time
+        self.idle_rto = 0.0  # seconds waited for timeouts: from the later of send and last frame
+        orig = cl.on_transport_error
+
+        def on_err() -> float:
+            self.idle_rto += self.t - max(self.sent, self.last_rx)
+            return orig()
+
+        cl.on_transport_error = on_err  # type: ignore[method-assign]
+
+    def carry(self, data: bytes, kind: str, at: float | None = None) -> None:
+        r = self.rng
+        if r.random() < self.faults["loss"]:
+            return
+        t0 = self.t if at is None else at
+        # in order per direction, as on loopback and netem without reordering
+        d = max(t0 + self.owd + r.random() * self.jitter, self.fifo.get(kind, 0.0) + 1e-6)
+        self.fifo[kind] = d
+        self.push(d, kind, data)
+
+    def step(self) -> None:
+        at, _, kind, item = self.q[0]
+        if kind == "dev":  # the device reads it when its loop is free
+            self.t = at
+            heapq.heappop(self.q)
+            start = max(at, self.busy_until)
+            self.busy_until = start + self.req_s
+            self.push(start, "serve", item)
+            return
+        if kind == "serve":
+            heapq.heappop(self.q)
+            self.t = at
+            assert isinstance(item, bytes)
+            done = at
+            for out in self.core.handle(item, at):
+                f = codec.decode(out)
+                k = len(f.payload) and f.payload[0] if f.type == wire.EVENTS else 0
+                done += self.ev_s * k
+                self.carry(out, "cli", done)
+            self.busy_until = max(self.busy_until, done + self.req_s)
+            return
+        super().step()
+
+
+def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: float = 0.5,
+        owd: float = 0.0004, jitter: float = 0.0002, req_us: float = 30.0, ev_us: float | None = None,
+        step_us: float = 20.0, idle: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """One run: `rate` events/s of `size` bytes into a `ring`-slot ring for `window` s at `loss` each
+    way, then drained on a clean link; exact accounting checked."""
+    rng = random.Random(seed)
+    core = SimCore(0, capacity=ring, slot_size=size, payload_size=size, start=rng.randrange(2**32))
+    poll = PollConfig(batch=255, max_bytes=1460, frames=16, pipeline=True, timeout=0.25, interval=0.005,
+                      interval_min=0.0, interval_max=0.05, rto_min=0.002, backoff_max=0.25)  # fmt: skip
+    cl = DeviceClient(1, DeviceConfig("dev", "udp"), poll)
+    if ev_us is None:
+        ev_us = 2.0 + size / 32  # 64 B: 4 us, 256 B: 10 us per event sent
+    link = BusyLink(cl, core, rng, dict(CLEAN, loss=loss), owd, jitter, req_us, ev_us)
+    link.push(0.0, "due", None)
+    # warm up on a clean link (handshake, first contact, RTT samples), then the window
+    t = 0.0
+    dt = step_us * 1e-6
+    carry = 0.0
+    link.faults = dict(CLEAN)
+    warm = 0.05
+    while t < warm:
+        t += dt
+        link.run_until(t)
+    base_stored = len(cl.out_events)
+    base_lost = cl.dc["overrun_lost"]
+    base = {k: cl.dc[k] for k in ("timeouts", "overruns", "stale_answers", "polls")}
+    link.idle_rto = 0.0
+    losses_before = {id(r) for r in cl.out_losses}
+    link.faults = dict(CLEAN, loss=loss)
+    gen0 = core.generated
+    while t < warm + window:
+        carry += rate * dt
+        k = int(carry)
+        carry -= k
+        if k:
+            core.write_events(k, int(t * 1e6))
+        t += dt
+        link.run_until(t)
+    stored = len(cl.out_events) - base_stored
+    generated = core.generated - gen0
+    idle = link.idle_rto
+    d = {k: cl.dc[k] - v for k, v in base.items()}
+    lost = cl.dc["overrun_lost"] - base_lost
+    win_losses = [r for r in {id(r): r for r in cl.out_losses}.values() if id(r) not in losses_before]
+    overruns = [r for r in win_losses if r.cause == "overrun"]
+    chased = sum(1 for r in overruns if r.recovered == 0)
+    # drain on a clean link (after `idle` s with nothing generated), then check the accounting
+    link.faults = dict(CLEAN)
+    polls0 = cl.dc["polls"]
+    link.run_until(link.t + idle)
+    idle_polls = cl.dc["polls"] - polls0
+    end = link.t + 2.0
+    while link.t < end and link.q:
+        link.run_until(link.t + 0.01)
+        if u32.le(core.ring.newest(), cl.n) and (cl.recovery is None or cl.pc.unproven):
+            break
+    link.run_until(link.t + 0.05)
+    all_stored = [ev[2] for ev in cl.out_events]
+    losses = list({id(r): r for r in cl.out_losses}.values())
+    all_lost = sum(r.lost for r in losses if r.lost is not None)
+    before = sum(u32.distance(r.n0, core.start) for r in losses if r.cause == "first_contact")
+    assert len(all_stored) == len(set(all_stored)), "an event stored twice"
+    assert u32.distance(cl.n, core.ring.newest()) == getattr(cl.pc, "unproven", 0), "not drained"
+    assert len(all_stored) + all_lost + before == core.generated, "silent loss"
+    return {
+        "ev_s": stored / window,
+        "offered": generated / window,
+        "lost": lost,
+        "overruns": len(overruns),
+        "chased": chased,
+        "timeouts": d["timeouts"],
+        "idle_rto": idle / window,
+        "stale": d["stale_answers"],
+        "polls": d["polls"],
+        "spurious": cl.rtt.spurious,
+        "probes": getattr(cl, "probes", 0),
+        "unproven_end": getattr(cl.pc, "unproven", 0),
+        "idle_polls": idle_polls,
+    }
+
+
+POINTS = [(64, 264, r) for r in (20_000, 60_000, 150_000)] + [(256, 60, r) for r in (10_000, 40_000, 100_000)]
+
+
+def table(seeds: int = 3, owd: float = 0.0004, window: float = 0.5) -> list[dict[str, Any]]:
+    rows = []
+    for size, ring, rate in POINTS:
+        for loss in (0.0, 0.01, 0.05):
+            rs = [run(size, ring, rate, loss, seed=s, owd=owd, window=window) for s in range(seeds)]
+            m = {k: sum(r[k] for r in rs) / len(rs) for k in rs[0]}
+            m.update(size=size, ring=ring, rate=rate, loss=loss)
+            rows.append(m)
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    quick = "--quick" in argv
+    owd = 0.0004
+    for a in argv:
+        if a.startswith("--owd="):
+            owd = float(a[6:])
+    rows = table(seeds=2 if quick else 4, owd=owd, window=0.3 if quick else 0.5)
+    print("size ring offered loss | ev/s ratio | lost overruns chased | timeouts idle_rto spurious stale")
+    lossless: dict[tuple[int, int], float] = {}
+    for m in rows:
+        key = (m["size"], m["rate"])
+        if m["loss"] == 0.0:
+            lossless[key] = m["ev_s"]
+        ratio = m["ev_s"] / lossless[key] if lossless.get(key) else 0.0
+        print("%4d %4d %7d %4.0f%% | %8.0f %5.3f | %8.0f %6.1f %6.1f | %6.1f %5.1f%% %5.1f %6.0f" % (
+            m["size"], m["ring"], m["rate"], m["loss"] * 100, m["ev_s"], ratio, m["lost"], m["overruns"],
+            m["chased"], m["timeouts"], m["idle_rto"] * 100, m["spurious"], m["stale"]))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

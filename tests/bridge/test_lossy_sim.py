@@ -1,0 +1,88 @@
+"""Lossy links at the bench's top rungs in virtual time (tests/bridge/lossy_sim.py: Link with a device
+that takes time to answer): the client rules of issue 18's fourth round, each against the same seeds
+without it. Every run checks the exact accounting itself (every generated event stored once or
+counted lost; n past the device's newest only by the unproven events).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leadwire import client as core
+from leadwire.bridge import client as bclient
+from leadwire.hold import HoldingPollClient
+
+from .lossy_sim import run
+
+pytestmark = pytest.mark.timeout(300)
+
+SEEDS = range(3)
+
+
+def mean(rows: list[dict[str, float]], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows)
+
+
+def test_a_ring_turning_over_faster_than_a_round_trip_is_read_past_its_newest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """256 B at 100,000/s into 60 slots (0.6 ms) with round trips of ~1 ms: the turnover skip capped
+    at 3/4 of the held range always lands on overwritten events, the chase never ends and nothing
+    is stored; started past n1 (leadwire.hold) the POLL lands inside the ring."""
+    now = [run(256, 60, 100_000, 0.0, seed=s, window=0.2) for s in SEEDS]
+    with monkeypatch.context() as m:
+        m.setattr(HoldingPollClient, "_recovery", core.PollClient._recovery)  # the 3/4 cap, no absorb
+        before = [run(256, 60, 100_000, 0.0, seed=s, window=0.2) for s in SEEDS]
+    print("now", now, "\nbefore", before)
+    assert mean(before, "ev_s") < 1_000 < 5_000 < mean(now, "ev_s")
+
+
+def test_held_frames_are_taken_across_an_overrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame lost in a burst at a rate where the gap is overwritten before its repoll lands: the
+    held frames after it are taken with only the gap counted lost, instead of restarting past n0."""
+    now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in SEEDS]
+    with monkeypatch.context() as m:
+        m.setattr(HoldingPollClient, "_take_held", lambda self, n0: (None, 0))
+        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in SEEDS]
+    print("now", now, "\nbefore", before)
+    assert mean(now, "ev_s") > 1.1 * mean(before, "ev_s")
+    assert mean(now, "lost") < mean(before, "lost")
+
+
+def test_tail_loss_probe_cuts_the_idle_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """5% loss each way, 64 B at 60,000/s: the probe at SRTT + 2 RTTVAR finds a lost POLL or answer
+    sooner than the RTO floor (2 ms): less time idle waiting, fewer events lost."""
+    now = [run(64, 264, 60_000, 0.05, seed=s, window=0.3) for s in SEEDS]
+    with monkeypatch.context() as m:
+        m.setattr(bclient, "PROBE_RECENT", 0)  # never armed
+        before = [run(64, 264, 60_000, 0.05, seed=s, window=0.3) for s in SEEDS]
+    print("now", now, "\nbefore", before)
+    assert mean(now, "probes") > 0 == mean(before, "probes")
+    assert mean(now, "idle_rto") < 0.85 * mean(before, "idle_rto")
+    assert mean(now, "lost") < mean(before, "lost")
+
+
+def test_a_device_that_stops_after_a_skip_past_its_newest_is_not_polled_in_a_loop() -> None:
+    """The overrun skipped past the device's newest and then it generated nothing more: the client
+    waits there (AHEAD answers), polling at the generation rate's pace falling to interval_max
+    (50 ms here), not at once; what was generated is counted, the rest never (run's checks)."""
+    r = run(256, 60, 100_000, 0.0, seed=1, window=0.1, idle=0.5)
+    assert r["unproven_end"] > 0  # stopped with n past the newest
+    assert r["idle_polls"] <= 0.5 / 0.05 + 10
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    size=st.sampled_from([64, 256]),
+    ring=st.sampled_from([16, 60, 264]),
+    rate=st.sampled_from([5_000, 40_000, 150_000]),
+    loss=st.sampled_from([0.0, 0.01, 0.05, 0.2]),
+    owd=st.sampled_from([0.00015, 0.0004, 0.001]),
+)
+def test_property_every_event_stored_once_or_counted_lost(
+    seed: int, size: int, ring: int, rate: int, loss: float, owd: float
+) -> None:
+    run(size, ring, rate, loss, seed=seed, window=0.05, owd=owd, jitter=owd / 2)
