@@ -617,12 +617,13 @@ class DeviceClient:
                     return True
                 return False
             if kind == core.EVENTS:
-                overrun = pc.gap_loss
-                if overrun is not None:
-                    # an overrun RECOVERY that took held frames (leadwire.hold): only the gaps between
-                    # them were lost, and what was overwritten after them; the loss row first
-                    pc.gap_loss = None
-                    self._on_loss(overrun, old_epoch, rx_us)
+                overrun = pc.gap_losses
+                if overrun:
+                    # an overrun RECOVERY that took held frames (leadwire.hold): the gaps between them
+                    # were lost, and what was overwritten after them; the loss rows first
+                    pc.gap_losses = []
+                    for cl in overrun:
+                        self._on_loss(cl, old_epoch, rx_us)
                 self._saw_newest(u32.add(pc.n, pc.backlog), now_s)
                 if len(pc.taken) > 1 or t != wire.EVENTS:  # held frames taken after this one filled
                     # their gap, or by a RECOVERY that showed the gaps before them overwritten
@@ -644,7 +645,7 @@ class DeviceClient:
                 # the whole burst counts: full when every frame asked for came back full
                 got = self._burst_events
                 self._adapt(now_s, got, pc.backlog, full=got >= self.poll_cfg.batch * pc.max_frames)
-                if overrun is not None:
+                if overrun:
                     self.next_delay = 0.0  # the ring overran: poll again now
                 return True
             self.outstanding = 0

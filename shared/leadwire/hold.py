@@ -54,8 +54,10 @@ class HoldingPollClient(PollClient):
         self.unproven = 0  # events after the device's newest seen, up to n: counted lost once proven
         self.aheads = 0  # AHEAD answers (a POLL past the device's newest landed too early)
         self.past_newest = 0  # overrun recoveries started past n1
-        self.gap_loss = None  # the Loss of the gaps an overrun RECOVERY found behind held frames
-        self.absorbed = 0  # overrun RECOVERYs that took held frames (their events: EVENTS + gap_loss)
+        # the Losses of an overrun RECOVERY that took held frames (answered EVENTS): the gaps behind
+        # them, and the overrun after them when they end before n0; the caller records them in order
+        self.gap_losses = []
+        self.absorbed = 0  # overrun RECOVERYs that took held frames
 
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
         end = None
@@ -221,30 +223,36 @@ class HoldingPollClient(PollClient):
             # they reach what the device holds: the gaps are the whole loss, nothing restarts
             self._chasing = 0
             if gaps:
-                if self.loss is not None:
-                    self.loss.ended = True
-                loss = self.loss = Loss(OVERRUN, client_n, n0, n1, self.epoch, gaps)
-                loss.ended = le(n1, self.n)
-                self.recoveries += 1
-                self.lost += gaps
-                self.gap_loss = loss
+                self._gap_loss(client_n, n0, n1, gaps).ended = le(n1, self.n)
             return (EVENTS, out)
         held = distance(n1, n0)
         skip = held * min(self._chasing, 3) // 4
         if self.turnover > skip:
             skip = min(self.turnover, 4 * (held + 1))  # uncapped by the held range (above)
         past = skip - held - 1 if skip > held + 1 else 0  # offsets after n1 skipped over
-        loss = self._begin(OVERRUN, n0, n1, gaps + distance(n0, start) + skip - past, skip)
-        loss.client_n = client_n
+        if gaps:  # the gaps behind the held frames taken: a Loss of their own (closed), then this one
+            self._gap_loss(client_n, n0, n1, gaps).ended = True
+        loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip - past, skip)
         loss.skipped = skip - past
         self.unproven = past
         if past:
             self.past_newest += 1
         self._chasing += 1
         if out is not None:
-            self.gap_loss = loss  # the held frames' events, then polling from past n0 (above)
+            self.gap_losses.append(loss)  # the held frames' events, then polling from past n0 (above)
             return (EVENTS, out)
         return (RECOVER, loss)
+
+    def _gap_loss(self, client_n, n0, n1, gaps):
+        # the Loss of the gaps behind held frames an overrun RECOVERY took: offsets client_n + 1 on,
+        # `gaps` of them between the frames (not one run: the frames' events are stored)
+        if self.loss is not None:
+            self.loss.ended = True
+        loss = self.loss = Loss(OVERRUN, client_n, n0, n1, self.epoch, gaps)
+        self.recoveries += 1
+        self.lost += gaps
+        self.gap_losses.append(loss)
+        return loss
 
     def _take_held(self, n0):
         # The run of held frames from s(n) on whose gaps all end before n0 (gone from the ring): taken
