@@ -106,7 +106,7 @@ GEN_RATE_SPAN = 0.002  # s: the generation rate is measured over answers at leas
 # at least this fraction of polling.timeout (its first wait is timeout / 2: at most doubles the silence)
 DEAD_SILENCE = 0.5
 # tail-loss probe (DeviceClient.request): armed at SRTT + 2 RTTVAR + PROBE_MARGIN (s) instead of the RTO
-# while the link has timed out within the last PROBE_RECENT sends
+# while a frame arrived past a gap (a datagram lost) within the last PROBE_RECENT sends
 PROBE_MARGIN = 0.0002
 PROBE_RECENT = 2000
 
@@ -267,7 +267,7 @@ class DeviceClient:
         # tail-loss probe (request): the outstanding POLL was armed with the probe, not the RTO
         self._probing = False
         self._probed = False  # a probe fired since the last round-trip sample: the next send waits the RTO
-        self._loss_send = -(10**9)  # rtt.sends at the last timeout (the link has shown loss lately)
+        self._loss_send = -(10**9)  # rtt.sends when a frame last showed a gap (datagrams lost lately)
         self.probes = 0  # probes that fired
         # adaptive polling
         self.interval = poll.interval
@@ -464,7 +464,8 @@ class DeviceClient:
             and rtt.srtt is not None
             and rtt.sends - self._loss_send < PROBE_RECENT
         ):
-            # tail-loss probe: on a link that lost a datagram lately, with the device generating a few
+            # tail-loss probe: on a link that lost a datagram lately (a frame arrived past a gap within
+            # the last PROBE_RECENT sends), with the device generating a few
             # events per round trip, a POLL (or its one-frame answer) lost is found at SRTT + 2 RTTVAR
             # + PROBE_MARGIN instead of the RTO (whose floor is there for a loaded host's late
             # answers); once per sample: a second silence waits the RTO. A probe that was not needed
@@ -494,7 +495,6 @@ class DeviceClient:
             return 0.0
         self.outstanding = 0
         pc = self.pc
-        self._loss_send = self.rtt.sends
         if self._probing:
             # the tail-loss probe (request) fired: the same request again at once, no back-off (the RTO
             # was not reached) and not a silent round (the HELLO and the dead-link wait count RTOs)
@@ -586,6 +586,11 @@ class DeviceClient:
                 self.dirty = True
                 if t == wire.EVENTS:
                     self._stale_events(f, rx_us)
+                    if u32.lt(u32.succ(pc.n), f.seq):
+                        # a frame past s(n): one before it was lost (in order on the links served) or
+                        # a pipelined burst mispredicted. It arms the tail-loss probe (request); a
+                        # timeout does not: a loaded host's late answers would arm it on a clean link
+                        self._loss_send = self.rtt.sends
                     if (
                         f.message_id == pc.prev_tag
                         and self.outstanding == REQ_POLL
