@@ -55,8 +55,12 @@ class BusyLink(Link):
         if r.random() < self.faults["loss"]:
             return
         t0 = self.t if at is None else at
-        # in order per direction, as on loopback and netem without reordering
-        d = max(t0 + self.owd + r.random() * self.jitter, self.fifo.get(kind, 0.0) + 1e-6)
+        late = 0.0
+        if self.faults.get("spike") and r.random() < self.faults["spike"]:
+            late = 0.005 + r.random() * 0.01
+        # in order per direction, as on loopback and netem without reordering (a late one holds up
+        # the ones after it, as a stalled host does)
+        d = max(t0 + self.owd + r.random() * self.jitter + late, self.fifo.get(kind, 0.0) + 1e-6)
         self.fifo[kind] = d
         self.push(d, kind, data)
 
@@ -86,7 +90,7 @@ class BusyLink(Link):
 
 def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: float = 0.5,
         owd: float = 0.0004, jitter: float = 0.0002, req_us: float = 30.0, ev_us: float | None = None,
-        step_us: float = 20.0, idle: float = 0.0) -> dict[str, Any]:  # fmt: skip
+        step_us: float = 20.0, idle: float = 0.0, spike: float = 0.0) -> dict[str, Any]:  # fmt: skip
     """One run: `rate` events/s of `size` bytes into a `ring`-slot ring for `window` s at `loss` each
     way, then drained on a clean link; exact accounting checked."""
     rng = random.Random(seed)
@@ -112,7 +116,7 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
     base = {k: cl.dc[k] for k in ("timeouts", "overruns", "stale_answers", "polls")}
     link.idle_rto = 0.0
     losses_before = {id(r) for r in cl.out_losses}
-    link.faults = dict(CLEAN, loss=loss)
+    link.faults = dict(CLEAN, loss=loss, spike=spike)
     gen0 = core.generated
     while t < warm + window:
         carry += rate * dt
