@@ -439,7 +439,7 @@ class DeviceClient:
         # alone: 415 such against 107 in test_lossy_overrun); too long a one loses events the ring
         # still held: with 2 RTTVAR uncapped (often several SRTTs on a loaded host) a 256-slot ring
         # at 60,000/s lost 3/4 of it per overrun. The margin is at most one round trip's events.
-        srtt = max(self.rtt.srtt or 0.0, self.rtt.srtt_plain or 0.0)
+        srtt = self.rtt.srtt or 0.0
         margin = self._gen_rate * min(2 * self.rtt.rttvar, srtt)
         if self.capacity:
             margin = min(margin, self.capacity / 2)  # a ring turning over per round trip: its middle

@@ -52,10 +52,6 @@ class RttEstimator:
         self.floor = floor
         self.ceiling = max(ceiling, floor)
         self.srtt: float | None = None
-        # SRTT of the sends that went out on a quiet link only (no answer frames still coming): a
-        # pipelined POLL's sample starts at the last frame before it, so SRTT runs below the round
-        # trip of a POLL sent after a RECOVERY (the bridge's turnover estimate uses this one)
-        self.srtt_plain: float | None = None
         self.rttvar = 0.0
         self.base = self.ceiling  # RTO before back-off (the ceiling until the first sample)
         self.backoff = 0  # timeouts since the last sample
@@ -121,8 +117,6 @@ class RttEstimator:
             self.spurious += 1
         r = max(0.0, now - max(t0, quiet_since))
         self.sample(r)
-        if quiet_since <= t0:  # sent after the link went quiet: a whole round trip, nothing queued
-            self.srtt_plain = r if self.srtt_plain is None else 0.875 * self.srtt_plain + 0.125 * r
         return r
 
     def sample(self, r: float) -> None:
