@@ -20,7 +20,12 @@ NO_EVENT(n)             case 2: nothing new, poll n again later
 RECOVERY(n0, n1, E)     case 3: classify by the boot epoch E it carries (new epoch: restart; no
                         event of this boot yet: first contact; else overrun with exactly
                         (n0 - s(n)) mod 2^32 lost), record the loss, set n = n0 - 1 and consume
-                        n0..n1 (the recovery phase)
+                        n0..n1 (the recovery phase). The bridge's additions (leadwire.hold,
+                        docs/protocol.md 6.3): frames held past a gap are taken first and only the
+                        overwritten gaps counted; the start skips what the ring turns over in a
+                        round trip, past n1 if need be (counted once shown generated)
+RECOVERY behind n       after a skip past n1, the device not there yet (AHEAD): poll n again at
+                        its generation pace
 no answer / bad frame   transport error: poll n again at once (the wait was the RTO, below); after
                         3 silent rounds also HELLO, with a bounded exponential backoff
 ======================  ===========================================================================

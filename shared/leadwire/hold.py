@@ -20,13 +20,18 @@
 #
 # Past the newest event (with turnover set): where the ring turns over faster than a round trip,
 # the turnover skip capped at three quarters of the held range (PollClient) lands on events already
-# gone when the POLL gets there, and the chase repeats. Here an overrun's recovery starts past the
-# turnover uncapped (at most 4 rings), even past n1: at an offset the device will have reached when
-# the POLL lands. The events up to n1 are counted lost at once; those after n1 (`unproven`: not
+# gone when the POLL gets there, and the chase repeats. Here, once a chase shows that (an overrun
+# RECOVERY after another, no event between), the recovery starts past the turnover uncapped (at most
+# 4 rings), even past n1: at an offset the device will have reached when the POLL lands. (Not on the
+# first overrun: a device that stopped generating right after it would lose the ring it still
+# holds.) The events up to n1 are counted lost at once; those after n1 (`unproven`: not
 # generated yet when the RECOVERY left) only once an answer shows the device got there (EVENTS from
 # s(n), NO_EVENT(n), or an overrun RECOVERY past them), added to the same Loss (lost and skipped).
 # Until then a RECOVERY of the same boot whose range ends before n answers "not there yet": AHEAD,
-# poll again (no new recovery; the events up to its n1 are proven, the rest stays unproven). A
+# poll again (no new recovery; the events up to its n1 are proven, the rest stays unproven). If its
+# n1 is the one the answer before showed (nothing generated since: the device stopped, or makes less
+# than an event per round trip), the skip is taken back to what the ring still holds, those events
+# no longer counted lost, and polling goes on from there. A
 # restart drops the unproven part: never counted. received + lost = the events generated up to
 # n - unproven, exactly, at every step.
 #
@@ -54,6 +59,8 @@ class HoldingPollClient(PollClient):
         self.unproven = 0  # events after the device's newest seen, up to n: counted lost once proven
         self.aheads = 0  # AHEAD answers (a POLL past the device's newest landed too early)
         self.past_newest = 0  # overrun recoveries started past n1
+        self.taken_back = 0  # such skips taken back: the device had generated nothing more
+        self._ahead_n1 = 0  # the device's newest in the last answer while past it (a stop shows)
         # the Losses of an overrun RECOVERY that took held frames (answered EVENTS): the gaps behind
         # them, and the overrun after them when they end before n0; the caller records them in order
         self.gap_losses = []
@@ -206,10 +213,26 @@ class HoldingPollClient(PollClient):
             if self.unproven and lt(n1, self.n):
                 # our POLL from past the newest landed before the device got there: poll again.
                 # What it generated since (up to n1) is lost now, the rest still unproven
-                self._prove(self.unproven - distance(self.n, n1))
                 self.consecutive_errors = 0
                 self.burst_done = True
                 self.aheads += 1
+                loss = self.loss
+                last = self._ahead_n1
+                self._ahead_n1 = n1
+                if loss is not None and loss.lost is not None and n1 == last:
+                    # nothing generated since the last answer (the skip's RECOVERY or an AHEAD): the
+                    # device stopped, or is slower than one event per round trip. The skip is taken
+                    # back to what its ring still holds: those events are no longer counted lost
+                    start = n0 if lt(loss.n0, n0) else loss.n0
+                    back = distance(n1, start) + 1
+                    loss.lost -= back
+                    loss.skipped -= back
+                    self.lost -= back
+                    self.unproven = 0
+                    self.n = (start - 1) & 0xFFFFFFFF
+                    self.taken_back += 1
+                    return (AHEAD, n1)
+                self._prove(self.unproven - distance(self.n, n1))
                 return (AHEAD, n1)
             return super()._recovery(frame)
         self._prove()  # n0 is past n: every event before it was generated
@@ -228,13 +251,18 @@ class HoldingPollClient(PollClient):
         held = distance(n1, n0)
         skip = held * min(self._chasing, 3) // 4
         if self.turnover > skip:
-            skip = min(self.turnover, 4 * (held + 1))  # uncapped by the held range (above)
+            # past n1 (at most 4 rings) only in a chase: a RECOVERY after one with no event between
+            # shows the ring turning over faster than a round trip. The first stays within 3/4 of
+            # the held range (PollClient's cap): a device that stopped still has its ring to give
+            cap = 4 * (held + 1) if self._chasing else held * 3 // 4
+            skip = min(self.turnover, cap)
         past = skip - held - 1 if skip > held + 1 else 0  # offsets after n1 skipped over
         if gaps:  # the gaps behind the held frames taken: a Loss of their own (closed), then this one
             self._gap_loss(client_n, n0, n1, gaps).ended = True
         loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip - past, skip)
         loss.skipped = skip - past
         self.unproven = past
+        self._ahead_n1 = n1
         if past:
             self.past_newest += 1
         self._chasing += 1
