@@ -139,19 +139,7 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
     polls0 = cl.dc["polls"]
     link.run_until(link.t + idle)
     idle_polls = cl.dc["polls"] - polls0
-    end = link.t + 2.0
-    while link.t < end and link.q:
-        link.run_until(link.t + 0.01)
-        if u32.le(core.ring.newest(), cl.n) and (cl.recovery is None or cl.pc.unproven):
-            break
-    link.run_until(link.t + 0.05)
-    all_stored = [ev[2] for ev in cl.out_events]
-    losses = list({id(r): r for r in cl.out_losses}.values())
-    all_lost = sum(r.lost for r in losses if r.lost is not None)
-    before = sum(u32.distance(r.n0, core.start) for r in losses if r.cause == "first_contact")
-    assert len(all_stored) == len(set(all_stored)), "an event stored twice"
-    assert u32.distance(cl.n, core.ring.newest()) == getattr(cl.pc, "unproven", 0), "not drained"
-    assert len(all_stored) + all_lost + before == core.generated, "silent loss"
+    drain_and_account(link, cl, core, 2.0, 0.05)
     return {
         "ev_s": stored / window,
         "offered": generated / window,
@@ -167,6 +155,30 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
         "unproven_end": getattr(cl.pc, "unproven", 0),
         "idle_polls": idle_polls,
     }
+
+
+def drain_and_account(
+    link: Link, cl: DeviceClient, core: SimCore, limit_s: float, settle_s: float
+) -> tuple[list[Any], list[Any]]:
+    """Run the link (faults off: the caller's) until the client has drained the device's ring or
+    limit_s passed, then settle_s more; assert the exact accounting: every event generated is
+    stored once or counted lost (first contact included), n at the newest offset (past it by the
+    events a skip has not yet seen generated: leadwire.hold). The stored event rows and the loss
+    records (each once)."""
+    end = link.t + limit_s
+    while link.t < end and link.q:
+        link.run_until(link.t + 0.01)
+        if u32.le(core.ring.newest(), cl.n) and (cl.recovery is None or cl.pc.unproven):
+            break
+    link.run_until(link.t + settle_s)
+    stored = [ev[2] for ev in cl.out_events]
+    losses = list({id(r): r for r in cl.out_losses}.values())
+    lost = sum(r.lost for r in losses if r.lost is not None)
+    before = sum(u32.distance(r.n0, core.start) for r in losses if r.cause == "first_contact")
+    assert len(stored) == len(set(stored)), "an event stored twice"
+    assert u32.distance(cl.n, core.ring.newest()) == getattr(cl.pc, "unproven", 0), "not drained"
+    assert len(stored) + lost + before == core.generated, "silent loss"
+    return stored, losses
 
 
 POINTS = [(64, 264, r) for r in (20_000, 60_000, 150_000)] + [(256, 60, r) for r in (10_000, 40_000, 100_000)]

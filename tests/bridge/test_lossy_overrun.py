@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from leadwire import u32
 from leadwire.bridge import client as bclient
 from leadwire.bridge.client import DeviceClient
 from leadwire.bridge.config import DeviceConfig, PollConfig
 from leadwire.hold import HoldingPollClient
 from leadwire.tools.simdevice import SimCore
 
+from .lossy_sim import drain_and_account
 from .test_rtt import Link
 
 pytestmark = pytest.mark.timeout(120)
@@ -44,20 +44,9 @@ def run(seed: int, rate: int, loss: float, ms: int = 400) -> dict[str, Any]:
     stored_in_window = len(cl.out_events)
     turnover = cl.pc.turnover  # (at the end of the lossy window: the drain that follows idles)
     link.faults = {"loss": 0.0, "dup": 0.0, "reorder": 0.0, "spike": 0.0}
-    end = link.t + 5.0
-    while link.t < end and link.q:
-        link.run_until(link.t + 0.01)
-        if u32.le(core.ring.newest(), cl.n) and (cl.recovery is None or cl.pc.unproven):
-            break
-    link.run_until(link.t + 0.2)
-    stored = [ev[2] for ev in cl.out_events]
-    losses = list({id(r): r for r in cl.out_losses}.values())
+    # exact accounting: stored once each, or counted lost
+    stored, losses = drain_and_account(link, cl, core, 5.0, 0.2)
     lost = sum(r.lost for r in losses if r.lost is not None)
-    before = sum(u32.distance(r.n0, core.start) for r in losses if r.cause == "first_contact")
-    # exact accounting: stored once each, in order, or counted lost
-    assert len(stored) == len(set(stored))
-    assert u32.distance(cl.n, core.ring.newest()) == getattr(cl.pc, "unproven", 0)  # (leadwire.hold)
-    assert len(stored) + lost + before == core.generated
     overruns = [r for r in losses if r.cause == "overrun"]
     return {"stored": stored_in_window, "overruns": len(overruns),
             "chased": sum(1 for r in overruns if r.recovered == 0), "turnover": turnover,
