@@ -586,112 +586,130 @@ class DeviceClient:
             old_epoch = pc.epoch
             kind, data = pc.on_frame(f)
             if kind == core.STALE:
-                # a late or duplicated answer (its tag or range does not fit): still an arrival
-                self.dc["stale_answers"] += 1
-                self.dirty = True
-                if t == wire.EVENTS:
-                    self._stale_events(f, rx_us)
-                    if u32.lt(u32.succ(pc.n), f.seq):
-                        # a frame past s(n): one before it was lost (in order on the links served) or
-                        # a pipelined burst mispredicted. It arms the tail-loss probe (request); a
-                        # timeout does not: a loaded host's late answers would arm it on a clean link
-                        self._loss_send = self.rtt.sends
-                    if (
-                        f.message_id == pc.prev_tag
-                        and self.outstanding == REQ_POLL
-                        and pc.held
-                        and self._early_gap != pc.n
-                        and u32.lt(u32.succ(pc.n), f.seq)
-                    ):
-                        # a frame of the burst before the outstanding pipelined POLL went missing
-                        # (this one was held: leadwire.hold): the gap's events will be gone before
-                        # that POLL's answer shows it. Ask for the gap now (two in flight: the
-                        # pipelined POLL's answer is still taken or held when it comes)
-                        self._early_gap = pc.n
-                        self.early_gaps += 1
-                        pc.repoll = True  # just the gap: the pipelined POLL asks for what follows
-                        self.outstanding = 0
-                        self.next_delay = 0.0
-                        return True
-                if (
-                    f.message_id == pc.tag
-                    and pc.burst_done
-                    and self.outstanding == REQ_POLL
-                    and (t == wire.EVENTS or pc.repoll or pc.n != pc.poll_n)
-                ):
-                    # a frame of the current burst went missing, or the burst before a pipelined
-                    # POLL did not end where predicted, or n moved on while the POLL was out (held
-                    # frames of an earlier burst were taken): poll again from n at once
-                    self.outstanding = 0
-                    self.next_delay = 0.0
-                    return True
-                return False
+                return self._on_stale(f, rx_us)
             if kind == core.EVENTS:
-                overrun = pc.gap_losses
-                if overrun:
-                    # an overrun RECOVERY that took held frames (leadwire.hold): the gaps between them
-                    # were lost, and what was overwritten after them; the loss rows first
-                    pc.gap_losses = []
-                    for cl in overrun:
-                        self._on_loss(cl, old_epoch, rx_us)
-                self._saw_newest(u32.add(pc.n, pc.backlog), now_s)
-                if len(pc.taken) > 1 or t != wire.EVENTS:  # held frames taken after this one filled
-                    # their gap, or by a RECOVERY that showed the gaps before them overwritten
-                    for hf, evs in pc.taken:
-                        self._events(hf, evs, rx_us)
-                else:
-                    self._events(f, data, rx_us)
-                self._sync_loss(rx_us)
-                self.dirty = True
-                self._burst_events += len(data)
-                if f.message_id != pc.tag or self.outstanding != REQ_POLL:
-                    # a burst already answered: a pipelined POLL (or, when one was due, a SUBSCRIBE,
-                    # which takes no tag from PollClient) went out after its first frame
-                    return False
-                if not pc.burst_done:
-                    return False  # more frames of this burst are on their way
-                self.outstanding = 0
-                self.dc["round_trips"] += 1
-                # the whole burst counts: full when every frame asked for came back full
-                got = self._burst_events
-                self._adapt(now_s, got, pc.backlog, full=got >= self.poll_cfg.batch * pc.max_frames)
-                if overrun:
-                    self.next_delay = 0.0  # the ring overran: poll again now
-                return True
-            self.outstanding = 0
-            self.dc["round_trips"] += 1
-            self.dirty = True
-            if kind == AHEAD:
-                # an overrun's recovery started past the device's newest event (leadwire.hold): our
-                # POLL got there before the device did; poll again now
-                self._saw_newest(data, now_s)
-                r = self.recovery
-                if r is not None and r.core is not None and r.core.lost != r.lost:
-                    self._sync_loss(rx_us)  # what it generated since is counted lost now
-                # when the device should get there at its rate (the rate falls with every answer that
-                # shows no progress: a device that stopped is polled at polling.interval_max)
-                gen = self._gen_rate
-                imax = self.poll_cfg.interval_max
-                self.next_delay = min(imax, pc.unproven / gen) if gen > 0 else imax
-            elif kind == core.NOTHING:
-                r = self.recovery
-                if r is not None and r.core is not None and r.core.lost != r.lost:
-                    self._sync_loss(rx_us)  # the skip past the newest shown generated (leadwire.hold)
-                # a pipelined POLL found nothing new: the burst before it drained the ring, and its
-                # events (counted since that POLL went out) are what this answer tells, not "idle"
-                got = self._burst_events if pc.poll_pipelined else 0
-                self._adapt(now_s, got, 0, full=False)
-            elif kind == core.RECOVER:
-                self._saw_newest(data.n1, now_s)
-                self._on_loss(data, old_epoch, rx_us)
-                self.next_delay = 0.0
-            elif kind == core.HELLO:
-                self._on_hello(data, old_epoch, now_s, rx_us)
-                self.next_delay = 0.0
-            return True
+                return self._on_events(f, data, old_epoch, now_s, rx_us)
+            return self._on_answer(kind, data, old_epoch, now_s, rx_us)
         except wire.WireError as e:
             self.on_bad_frame(e.code)
             return False
+
+    def _on_stale(self, f: codec.Frame, rx_us: int) -> bool:
+        """A late or duplicated answer (its tag or range does not fit): still an arrival. True when
+        it shows that the outstanding POLL's answer cannot come whole (poll again at once)."""
+        pc = self.pc
+        t = f.type
+        self.dc["stale_answers"] += 1
+        self.dirty = True
+        if t == wire.EVENTS:
+            self._stale_events(f, rx_us)
+            if u32.lt(u32.succ(pc.n), f.seq):
+                # a frame past s(n): one before it was lost (in order on the links served) or
+                # a pipelined burst mispredicted. It arms the tail-loss probe (request); a
+                # timeout does not: a loaded host's late answers would arm it on a clean link
+                self._loss_send = self.rtt.sends
+            if (
+                f.message_id == pc.prev_tag
+                and self.outstanding == REQ_POLL
+                and pc.held
+                and self._early_gap != pc.n
+                and u32.lt(u32.succ(pc.n), f.seq)
+            ):
+                # a frame of the burst before the outstanding pipelined POLL went missing
+                # (this one was held: leadwire.hold): the gap's events will be gone before
+                # that POLL's answer shows it. Ask for the gap now (two in flight: the
+                # pipelined POLL's answer is still taken or held when it comes)
+                self._early_gap = pc.n
+                self.early_gaps += 1
+                pc.repoll = True  # just the gap: the pipelined POLL asks for what follows
+                self.outstanding = 0
+                self.next_delay = 0.0
+                return True
+        if (
+            f.message_id == pc.tag
+            and pc.burst_done
+            and self.outstanding == REQ_POLL
+            and (t == wire.EVENTS or pc.repoll or pc.n != pc.poll_n)
+        ):
+            # a frame of the current burst went missing, or the burst before a pipelined
+            # POLL did not end where predicted, or n moved on while the POLL was out (held
+            # frames of an earlier burst were taken): poll again from n at once
+            self.outstanding = 0
+            self.next_delay = 0.0
+            return True
+        return False
+
+    def _on_events(self, f: codec.Frame, data: Any, old_epoch: int | None, now_s: float, rx_us: int) -> bool:
+        """Events taken in order (this frame's, or held frames a gap fill or a RECOVERY released).
+        True when the burst answering the outstanding POLL is complete."""
+        pc = self.pc
+        t = f.type
+        overrun = pc.gap_losses
+        if overrun:
+            # an overrun RECOVERY that took held frames (leadwire.hold): the gaps between them
+            # were lost, and what was overwritten after them; the loss rows first
+            pc.gap_losses = []
+            for cl in overrun:
+                self._on_loss(cl, old_epoch, rx_us)
+        self._saw_newest(u32.add(pc.n, pc.backlog), now_s)
+        if len(pc.taken) > 1 or t != wire.EVENTS:  # held frames taken after this one filled
+            # their gap, or by a RECOVERY that showed the gaps before them overwritten
+            for hf, evs in pc.taken:
+                self._events(hf, evs, rx_us)
+        else:
+            self._events(f, data, rx_us)
+        self._sync_loss(rx_us)
+        self.dirty = True
+        self._burst_events += len(data)
+        if f.message_id != pc.tag or self.outstanding != REQ_POLL:
+            # a burst already answered: a pipelined POLL (or, when one was due, a SUBSCRIBE,
+            # which takes no tag from PollClient) went out after its first frame
+            return False
+        if not pc.burst_done:
+            return False  # more frames of this burst are on their way
+        self.outstanding = 0
+        self.dc["round_trips"] += 1
+        # the whole burst counts: full when every frame asked for came back full
+        got = self._burst_events
+        self._adapt(now_s, got, pc.backlog, full=got >= self.poll_cfg.batch * pc.max_frames)
+        if overrun:
+            self.next_delay = 0.0  # the ring overran: poll again now
+        return True
+
+    def _on_answer(self, kind: int, data: Any, old_epoch: int | None, now_s: float, rx_us: int) -> bool:
+        """A one-frame answer to the outstanding request: AHEAD, NO_EVENT, RECOVERY or HELLO."""
+        pc = self.pc
+        self.outstanding = 0
+        self.dc["round_trips"] += 1
+        self.dirty = True
+        if kind == AHEAD:
+            # an overrun's recovery started past the device's newest event (leadwire.hold): our
+            # POLL got there before the device did; poll again now
+            self._saw_newest(data, now_s)
+            r = self.recovery
+            if r is not None and r.core is not None and r.core.lost != r.lost:
+                self._sync_loss(rx_us)  # what it generated since is counted lost now
+            # when the device should get there at its rate (the rate falls with every answer that
+            # shows no progress: a device that stopped is polled at polling.interval_max)
+            gen = self._gen_rate
+            imax = self.poll_cfg.interval_max
+            self.next_delay = min(imax, pc.unproven / gen) if gen > 0 else imax
+        elif kind == core.NOTHING:
+            r = self.recovery
+            if r is not None and r.core is not None and r.core.lost != r.lost:
+                self._sync_loss(rx_us)  # the skip past the newest shown generated (leadwire.hold)
+            # a pipelined POLL found nothing new: the burst before it drained the ring, and its
+            # events (counted since that POLL went out) are what this answer tells, not "idle"
+            got = self._burst_events if pc.poll_pipelined else 0
+            self._adapt(now_s, got, 0, full=False)
+        elif kind == core.RECOVER:
+            self._saw_newest(data.n1, now_s)
+            self._on_loss(data, old_epoch, rx_us)
+            self.next_delay = 0.0
+        elif kind == core.HELLO:
+            self._on_hello(data, old_epoch, now_s, rx_us)
+            self.next_delay = 0.0
+        return True
 
     def _saw_newest(self, newest: int, now_s: float) -> None:
         """The device held events up to `newest` when it answered: the generation-rate EWMA, from
