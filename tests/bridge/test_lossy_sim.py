@@ -37,6 +37,8 @@ def test_a_ring_turning_over_faster_than_a_round_trip_is_read_past_its_newest(
         before = [run(256, 60, 100_000, 0.0, seed=s, window=0.2) for s in SEEDS]
     print("now", now, "\nbefore", before)
     assert mean(before, "ev_s") < 1_000 < 5_000 < mean(now, "ev_s")
+    assert all(r["past_newest"] > 0 for r in now) and mean(now, "aheads") > 0  # the rule acted
+    assert all(r["past_newest"] == 0 for r in before)
 
 
 def test_held_frames_are_taken_across_an_overrun(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,6 +50,7 @@ def test_held_frames_are_taken_across_an_overrun(monkeypatch: pytest.MonkeyPatch
         before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in SEEDS]
     print("now", now, "\nbefore", before)
     assert mean(now, "ev_s") > 1.1 * mean(before, "ev_s")
+    assert all(r["absorbed"] > 0 for r in now) and all(r["absorbed"] == 0 for r in before)
     assert mean(now, "lost") < mean(before, "lost")
 
 
@@ -69,10 +72,16 @@ def test_a_device_that_stops_after_a_skip_past_its_newest_gets_its_ring_read() -
     answer that shows no progress takes the skip back to what the ring still holds (those events
     stored, no longer counted lost: run's exact checks), and the idle device is not polled in a
     loop."""
+    taken_back = 0
     for seed in range(3):
         r = run(256, 60, 100_000, 0.0, seed=seed, window=0.1, idle=0.5)
         assert r["unproven_end"] == 0  # n back at the newest
+        assert r["past_newest"] > 0
         assert r["idle_polls"] <= 0.5 / 0.05 + 10
+        taken_back += r["taken_back"]
+    # (seed 1 stops with a skip still unproven and takes it back; in the others the last skip was
+    # already proven when generation stopped: then nothing is taken back)
+    assert taken_back > 0
 
 
 @settings(max_examples=25, deadline=None)
