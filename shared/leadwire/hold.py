@@ -62,9 +62,11 @@ class HoldingPollClient(PollClient):
         self.taken_back = 0  # such skips taken back: the device had generated nothing more
         self._ahead_n1 = 0  # the device's newest in the last answer while past it (a stop shows)
         # the Losses of an overrun RECOVERY that took held frames (answered EVENTS): the gaps behind
-        # them, and the overrun after them when they end before n0; the caller records them in order
+        # them, and the overrun after them when they end before n0 (or the turnover skip past their
+        # end: _skip_after_held); the caller records them in order
         self.gap_losses = []
         self.absorbed = 0  # overrun RECOVERYs that took held frames
+        self.turnover_skips = 0  # of those, the ones that then started past the held frames' end
 
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
         end = None
@@ -243,10 +245,17 @@ class HoldingPollClient(PollClient):
         out, gaps = self._take_held(n0) if self.held else (None, 0)
         start = succ(self.n)
         if out is not None and not lt(start, n0):
-            # they reach what the device holds: the gaps are the whole loss, nothing restarts
+            # they reach what the device holds: the gaps are the loss, nothing restarts (unless the
+            # ring will have turned over past their end before our next POLL lands: below)
             self._chasing = 0
+            skip = self._skip_after_held(frame.message_id, start, n0, n1)
             if gaps:
-                self._gap_loss(client_n, n0, n1, gaps).ended = le(n1, self.n)
+                self._gap_loss(client_n, n0, n1, gaps).ended = le(n1, self.n) or skip > 0
+            if skip > 0:
+                loss = self._begin(OVERRUN, n0, n1, skip, distance(start, n0) + skip)  # n: start + skip - 1
+                loss.skipped = skip
+                self.turnover_skips += 1
+                self.gap_losses.append(loss)
             return (EVENTS, out)
         held = distance(n1, n0)
         skip = held * min(self._chasing, 3) // 4
@@ -270,6 +279,17 @@ class HoldingPollClient(PollClient):
             self.gap_losses.append(loss)  # the held frames' events, then polling from past n0 (above)
             return (EVENTS, out)
         return (RECOVER, loss)
+
+    def _skip_after_held(self, tag, start, n0, n1):
+        # Held frames an overrun RECOVERY took reach what the device held (start >= n0); but its ring
+        # goes on turning over until our next POLL gets there: the events less than `turnover` past
+        # n0 are gone by then, and the POLL from start would be answered with another RECOVERY a
+        # round trip later. When no later POLL of ours is out (the RECOVERY answers the last one
+        # sent: a POLL in flight from the held frames' end must still fit n), start that far past
+        # n0 at once, within 3/4 of the rest of the held range (all generated: counted lost, exact)
+        if tag != self.tag:
+            return 0
+        return min(self.turnover - distance(start, n0), distance(n1, start) * 3 // 4)
 
     def _gap_loss(self, client_n, n0, n1, gaps):
         # the Loss of the gaps behind held frames an overrun RECOVERY took: offsets client_n + 1 on,

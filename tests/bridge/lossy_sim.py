@@ -156,10 +156,12 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
         "idle_polls": idle_polls,
         # how often each rule of leadwire.hold and the bridge client acted (whole run, drain included)
         "absorbed": getattr(cl.pc, "absorbed", 0),
+        "turnover_skips": getattr(cl.pc, "turnover_skips", 0),
         "past_newest": getattr(cl.pc, "past_newest", 0),
         "aheads": getattr(cl.pc, "aheads", 0),
         "taken_back": getattr(cl.pc, "taken_back", 0),
         "early_gaps": getattr(cl, "early_gaps", 0),
+        "third_polls": getattr(cl, "third_polls", 0),
     }
 
 
