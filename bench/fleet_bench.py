@@ -42,13 +42,13 @@ import shutil
 import sys
 import threading
 import time
+from contextlib import AbstractContextManager
 from typing import Any
 
 import click
 
 from leadwire.fleet.columns import check_fleet_latency, without_approx
-from leadwire.fleet.job import TABLE_ORDER, build_session, launch_conf, run_job
-from leadwire.fleet.jvm_archive import ClassArchive
+from leadwire.fleet.job import TABLE_ORDER, LocalSession, local_session, run_job
 from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
 from leadwire.fleet.synth import SUMMARY_TRUTH, SynthConfig, SynthTruth, write_synth
 from leadwire.fleet.transforms import APPROX_ACCURACY, EXACT_MAX_VALUES
@@ -222,29 +222,26 @@ def one(rows: int, out: str, spark: Any, o: dict[str, Any]) -> dict[str, Any]:
 ROW_BYTES = 37  # about what a synthetic arrival row takes in the export's Parquet
 
 
-def start_session(o: dict[str, Any], sizes: list[int]) -> tuple[Any, float, ClassArchive | None, str]:
-    """The bench's SparkSession (one JVM for every size), its start-up time, its class archive and
-    the JVM options leadwire gave it.
+def bench_session(o: dict[str, Any], sizes: list[int]) -> AbstractContextManager[LocalSession]:
+    """The bench's SparkSession (one JVM for every size), with its start-up time and the JVM
+    options leadwire gave it; stopped (and the class archive saved) on leaving.
 
     The JVM gets what `leadwire fleet` gives a local one it starts (job.launch_conf: C1 only when
     every size's export is small, the class-data archive) unless --plain-jvm; --conf wins."""
-    archive = None if o["plain_jvm"] else ClassArchive()
-    launch = {} if archive is None else launch_conf(o["master"], max(sizes) * ROW_BYTES, archive)
-    t = time.monotonic()
-    spark = build_session(
+    return local_session(
         o["master"],
+        max(sizes) * ROW_BYTES,
         o["shuffle_partitions"],
         o["driver_memory"],
         app_name="leadwire-fleet-bench",
         adaptive=o["adaptive"] or None,
         extra={
-            **launch,
             **({"spark.sql.adaptive.enabled": "true"} if o["adaptive"] else {}),
             **dict(kv.split("=", 1) for kv in o["conf"]),
         },
+        launch=not o["plain_jvm"],
+        log=lambda m: print("[bench] " + m, flush=True),
     )
-    opts = dict(kv.split("=", 1) for kv in o["conf"]).get("spark.driver.extraJavaOptions")
-    return spark, time.monotonic() - t, archive, opts or launch.get("spark.driver.extraJavaOptions", "-")
 
 
 HEAD = "%12s %9s %9s %6s %5s %5s %11s %9s %9s %14s %22s" % (
@@ -333,17 +330,15 @@ def print_results(results: list[dict[str, Any]]) -> bool:
 def main(**o: Any) -> None:
     sizes = [*o["rows"], *o["more_rows"]] or [1_000_000, 10_000_000]
     os.makedirs(o["out"], exist_ok=True)
-    spark, jvm_s, archive, jvm_opts = start_session(o, sizes)
-    print("[bench] spark session (%s) started in %.1fs" % (o["master"], jvm_s), flush=True)
     results = []
-    try:
+    with bench_session(o, sizes) as session:
+        jvm_s = session.start_s
+        print("[bench] spark session (%s) started in %.1fs" % (o["master"], jvm_s), flush=True)
         for n in sizes:
-            results.append(one(n, o["out"], spark, o))
+            results.append(one(n, o["out"], session.spark, o))
         mem = "JVM peak RSS per size: %s MB" % ", ".join("%.0f" % r["jvm_peak_mb"] for r in results)
-    finally:
-        spark.stop()
-        if archive is not None:
-            archive.finish(lambda m: print("[bench] " + m, flush=True))
+    jvm_opts = dict(kv.split("=", 1) for kv in o["conf"]).get("spark.driver.extraJavaOptions")
+    jvm_opts = jvm_opts or session.java_options or "-"
     print()
     print(
         "JVM start %.1fs (not in the Spark times); AQE %s; shuffle partitions %s; driver memory %s;"

@@ -91,30 +91,19 @@ def spark_child(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] != "--spark-child":
         print("usage: python -m leadwire.cli.demo --spark-child EXPORT_DIR REPORT_DIR", file=sys.stderr)
         return 2
-    from leadwire.fleet.job import (
-        BadInput,
-        Progress,
-        build_session,
-        format_summary,
-        input_bytes,
-        launch_conf,
-        run_job,
-    )
-    from leadwire.fleet.jvm_archive import ClassArchive
+    from leadwire.fleet.job import BadInput, Progress, format_summary, input_bytes, local_session, run_job
 
     prog = Progress()
-    archive = ClassArchive()
-    extra = {"spark.default.parallelism": "2", **launch_conf("local[2]", input_bytes(argv[1]), archive)}
-    with prog.stage("start spark (local[2], adaptive execution off, 2 shuffle partitions)"):
-        spark = build_session("local[2]", 2, "1g", "leadwire-demo", adaptive=False, extra=extra)
-    try:
-        summary = run_job(argv[1], argv[2], spark, window_seconds=10, progress=prog)
-    except BadInput as e:
-        print("fleet: %s" % e, file=sys.stderr)
-        return 2
-    finally:
-        spark.stop()
-        archive.finish(prog.log)
+    starting = prog.stage("start spark (local[2], adaptive execution off, 2 shuffle partitions)")
+    size, extra = input_bytes(argv[1]), {"spark.default.parallelism": "2"}
+    with local_session(
+        "local[2]", size, 2, "1g", "leadwire-demo", False, extra, starting=starting, log=prog.log
+    ) as session:
+        try:
+            summary = run_job(argv[1], argv[2], session.spark, window_seconds=10, progress=prog)
+        except BadInput as e:
+            print("fleet: %s" % e, file=sys.stderr)
+            return 2
     print(format_summary(summary), flush=True)
     return 0
 

@@ -60,7 +60,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -296,6 +296,52 @@ def build_session(
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@dataclass
+class LocalSession:
+    """A session leadwire started itself (local_session)."""
+
+    spark: SparkSession
+    java_options: str  # what launch_conf gave spark.driver.extraJavaOptions ("": nothing)
+    start_s: float  # build_session's time: the JVM's start
+
+
+@contextlib.contextmanager
+def local_session(
+    master: str,
+    nbytes: int | None,
+    shuffle_partitions: int | None = None,
+    driver_memory: str = "4g",
+    app_name: str = "leadwire-fleet",
+    adaptive: bool | None = None,
+    extra: dict[str, str] | None = None,
+    *,
+    launch: bool = True,
+    starting: contextlib.AbstractContextManager[object] | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+) -> Iterator[LocalSession]:
+    """A SparkSession that leadwire starts and stops itself (run_job without a session, the demo's
+    Spark child, bench/fleet_bench.py): build_session with the JVM options of launch_conf (C1 for
+    an input of nbytes known to be small, the class-data archive; extra wins over them), or none
+    with launch=False (the JVM's defaults). `starting` (a Progress stage) is entered around the
+    start. On leaving, also by an exception: spark.stop(), then the archive's finish(log), which
+    puts an archive this run's JVM wrote at exit in place only when the JVM exited cleanly
+    (jvm_archive)."""
+    with starting if starting is not None else contextlib.nullcontext():
+        archive = ClassArchive() if launch else None
+        conf = launch_conf(master, nbytes, archive) if launch else {}
+        t = time.monotonic()
+        spark = build_session(
+            master, shuffle_partitions, driver_memory, app_name, adaptive, {**conf, **(extra or {})}
+        )
+        start_s = time.monotonic() - t
+    try:
+        yield LocalSession(spark, conf.get("spark.driver.extraJavaOptions", ""), start_s)
+    finally:
+        spark.stop()
+        if archive is not None:
+            archive.finish(log)
 
 
 def _apply_conf(spark: SparkSession) -> None:
@@ -780,14 +826,12 @@ def run_job(
         raise BadInput("input not found: %s" % input_dir)
     if spark is None:
         spark = SparkSession.getActiveSession()
-    own = spark is None
-    archive: ClassArchive | None = None
-    if own:
+    own = contextlib.ExitStack()  # a session started here: stopped (local_session) on leaving
+    if spark is None:
         with prog.stage("start spark (%s)" % master):
-            archive = ClassArchive()
-            extra = launch_conf(master, input_bytes(input_dir), archive)
-            spark = build_session(master, shuffle_partitions, driver_memory, extra=extra)
-    assert spark is not None
+            size = input_bytes(input_dir)
+            session = local_session(master, size, shuffle_partitions, driver_memory, log=prog.log)
+            spark = own.enter_context(session).spark
     _apply_conf(spark)
     prog.watch(spark)
     t0 = time.monotonic()
@@ -838,10 +882,7 @@ def run_job(
         prog.close()
         for df in cached:
             df.unpersist()
-        if own:
-            spark.stop()
-            if archive is not None:
-                archive.finish(prog.log)
+        own.close()
 
 
 def _run(
