@@ -1,0 +1,187 @@
+"""job.local_session: the one start and stop of a SparkSession leadwire launches itself (run_job
+without a session, the demo's Spark child, bench/fleet_bench.py). Which options the JVM gets, the
+order of stop and the class archive's finish, also when the body raised, and one real run of each
+caller in leadwire: run_job failing inside its own session, then the demo's child."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark import SparkContext
+
+from leadwire.fleet import job, jvm_archive
+from leadwire.fleet.jvm_archive import QUIET
+
+JAVA_OPTS = "spark.driver.extraJavaOptions"
+
+
+class FakeSpark:
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def stop(self) -> None:
+        self.events.append("stop")
+
+
+class FakeJvm:
+    """The gateway JVM of a first run: it writes the archive as it exits (stdin closed), then exits
+    with `rc`."""
+
+    def __init__(self, pending: Path, rc: int, events: list[str]) -> None:
+        self.pending, self.rc, self.events = pending, rc, events
+        self.stdin = self
+
+    def close(self) -> None:
+        self.events.append("jvm exit %d" % self.rc)
+        self.pending.write_bytes(b"classes")
+
+    def wait(self, timeout: float) -> int:
+        return self.rc
+
+    def kill(self) -> None:
+        raise AssertionError("a JVM that exits is not killed")
+
+
+class FakeGateway:
+    def __init__(self, proc: FakeJvm) -> None:
+        self.proc = proc
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """ClassArchive() of this test: key k1 in tmp_path/leadwire/spark-cds, the switch on; the
+    session built by a fake that records what it was given."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(jvm_archive.ENV_SWITCH, raising=False)
+    monkeypatch.setattr(jvm_archive, "digest", lambda: "k1")
+    # finish() clears pyspark's gateway: put back whatever another test's session has
+    monkeypatch.setattr(SparkContext, "_gateway", SparkContext._gateway)
+    monkeypatch.setattr(SparkContext, "_jvm", SparkContext._jvm)
+    return tmp_path / "leadwire" / "spark-cds"
+
+
+def fake_build(events: list[str], given: list[tuple[Any, ...]]) -> Any:
+    def build(*args: Any) -> FakeSpark:
+        events.append("build")
+        given.append(args)
+        return FakeSpark(events)
+
+    return build
+
+
+def test_the_jvm_gets_launch_conf_and_extra_wins(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+    given: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(job, "build_session", fake_build(events, given))
+    cache.mkdir(parents=True)
+    (cache / "spark-k1.jsa").write_bytes(b"x")
+    mapped = "-XX:SharedArchiveFile=%s %s" % (cache / "spark-k1.jsa", QUIET)
+    progress = job.Progress(enabled=False)
+    with job.local_session(
+        "local[2]", 1000, 2, "1g", "t", False, {"k": "v"}, starting=progress.stage("start")
+    ) as s:
+        assert s.java_options == "-XX:TieredStopAtLevel=1 " + mapped and s.start_s >= 0
+        assert "start" in progress.timings  # the stage was left once the session was up
+    assert given == [("local[2]", 2, "1g", "t", False, {JAVA_OPTS: s.java_options, "k": "v"})]
+    # spark-submit style --conf of the bench wins; a big input keeps C2; a cluster gets nothing
+    with job.local_session("local[2]", 1 << 30, extra={JAVA_OPTS: "-Xmx1g"}) as s:
+        assert s.java_options == mapped
+    with job.local_session("spark://127.0.0.1:7077", 1000) as s:
+        assert s.java_options == ""
+    # --plain-jvm: the JVM's defaults, and no archive made
+    with job.local_session("local[2]", 1000, launch=False) as s:
+        assert s.java_options == ""
+    assert [g[5] for g in given[1:]] == [{JAVA_OPTS: "-Xmx1g"}, {}, {}]
+    assert events == ["build", "stop"] * 4
+    assert sorted(p.name for p in cache.iterdir()) == ["spark-k1.jsa"]
+
+
+@pytest.mark.parametrize("rc", [0, 1])
+def test_an_exception_stops_the_session_and_the_archive_only_after_a_clean_exit(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, rc: int
+) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(job, "build_session", fake_build(events, []))
+    pending = cache / ("spark-k1.jsa.%d.tmp" % os.getpid())
+    monkeypatch.setattr(SparkContext, "_gateway", FakeGateway(FakeJvm(pending, rc, events)))
+    with pytest.raises(job.BadInput, match="no arrival rows"):
+        with job.local_session("local[2]", None, log=events.append) as s:
+            assert s.java_options == "-XX:ArchiveClassesAtExit=%s %s" % (pending, QUIET)  # a first run
+            raise job.BadInput("no arrival rows")
+    saving = "saving the JVM's class archive for faster starts (once): %s" % (cache / "spark-k1.jsa")
+    assert events == ["build", "stop", saving, "jvm exit %d" % rc]
+    # a clean exit: the dump goes in place; any other: removed, and the next run makes it again
+    assert sorted(p.name for p in cache.iterdir()) == (["spark-k1.jsa"] if rc == 0 else [])
+    assert SparkContext._gateway is None  # the next session of this process starts a new JVM
+
+
+# run_job starts its own session on an export with a wrong schema (BadInput once the JVM is up);
+# then the demo's child runs the job on a good export and maps the archive the first one wrote
+FAILING = """
+import sys
+from leadwire.fleet.job import BadInput, run_job
+try:
+    run_job(sys.argv[1], sys.argv[2], master="local[1]", driver_memory="1g", report=False)
+except BadInput as e:
+    print("BadInput:", e)
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(420)
+def test_run_job_and_the_demo_child_stop_their_sessions_and_share_the_archive(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from leadwire.fleet.synth import SynthConfig, generate, write_export
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop(jvm_archive.ENV_SWITCH, None)
+    tables, _ = generate(SynthConfig(rows=300, devices=2, seed=1))
+    write_export(tables, str(tmp_path / "ok"))
+    arr = tables["arrivals"]
+    bad = arr.set_column(arr.schema.get_field_index("seq"), "seq", arr.column("seq").cast(pa.string()))
+    (tmp_path / "wrong" / "arrivals" / "date=2026-01-01").mkdir(parents=True)
+    pq.write_table(bad, tmp_path / "wrong" / "arrivals" / "date=2026-01-01" / "part-0.parquet")
+
+    first = subprocess.run(
+        [sys.executable, "-c", FAILING, str(tmp_path / "wrong"), str(tmp_path / "o1")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.startswith("BadInput: ") and "wrong schema" in first.stdout
+    assert "start spark (local[1]) done in" in first.stderr
+    assert "saving the JVM's class archive" in first.stderr
+    made = list((tmp_path / "cache" / "leadwire" / "spark-cds").iterdir())
+    assert len(made) == 1 and made[0].name.endswith(".jsa") and made[0].stat().st_size > 10 << 20
+
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leadwire.cli.demo",
+            "--spark-child",
+            str(tmp_path / "ok"),
+            str(tmp_path / "o2"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "start spark (local[2], adaptive execution off, 2 shuffle partitions) done in" in child.stderr
+    assert "class archive" not in child.stderr  # mapped: nothing to save
+    assert child.stdout.startswith("fleet: 2 devices, ") and (tmp_path / "o2" / "index.html").is_file()
+    assert list((tmp_path / "cache" / "leadwire" / "spark-cds").iterdir()) == made
