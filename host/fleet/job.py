@@ -832,8 +832,12 @@ def run_job(
             size = input_bytes(input_dir)
             session = local_session(master, size, shuffle_partitions, driver_memory, log=prog.log)
             spark = own.enter_context(session).spark
-    _apply_conf(spark)
-    prog.watch(spark)
+    try:
+        _apply_conf(spark)
+        prog.watch(spark)
+    except BaseException:
+        own.close()  # (before the try below: a session started here is stopped all the same)
+        raise
     t0 = time.monotonic()
     cached: list[DataFrame] = []
 
