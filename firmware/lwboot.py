@@ -39,7 +39,8 @@ _CB = const(13)
 _DEC = const(14)
 _EP = const(15)
 _LIM = const(16)
-_NLINK = const(17)  # slots in a link
+_LASTP = const(17)
+_NLINK = const(18)  # slots in a link
 # a sensor (built in _attempt): channel, period us, size, due (ticks_us), sample number, payload
 _SCH = const(0)
 _SPER = const(1)
@@ -492,4 +493,5 @@ def link(x, io, dest, buf, serial, a):
         L[_RB], L[_CB], L[_DEC] = serial
     L[_EP] = None  # the auth endpoint: lwauth.setup, after this module is gone
     L[_LIM] = frame - _OVERHEAD - a  # the payload budget of a frame
+    L[_LASTP] = -1  # no POLL answered yet
     return L

@@ -41,7 +41,7 @@ from typing import Any
 
 import click
 
-from leadwire import auth, codec, framing, messages, wire
+from leadwire import auth, codec, device, framing, messages, wire
 from leadwire.frames import FrameQueue
 from leadwire.reports import ReportSequence
 from leadwire.ring import EventRing
@@ -89,6 +89,8 @@ class SimCore:
         self.report_retransmissions = 0
         self.acks_received = 0
         self.bad_frames = 0
+        self.last_poll = -1  # device.poll_key of the last POLL answered
+        self.copies = 0  # POLLs not answered: copies of the one answered just before
         self.boot(start)
 
     # -- boot and events -----------------------------------------------------------------
@@ -173,6 +175,11 @@ class SimCore:
         try:
             if t == wire.POLL:
                 n, me, mb = messages.decode_poll(f)
+                key = (f.message_id << 16) | (n & 0xFFFF)  # device.poll_key of the frame
+                if key == self.last_poll:
+                    self.copies += 1  # a copy of the POLL just answered: not answered twice
+                    return []
+                self.last_poll = key
                 buf = bytearray(wire.OVERHEAD + wire.MAX_PAYLOAD)
                 hi, lo = n >> 16, n & 0xFFFF
                 answers = []
@@ -570,6 +577,8 @@ class VirtualRing:
         self.board_id = "sim-%d" % index
         self.answers = 0
         self.bad_frames = 0
+        self.last_poll = -1  # device.poll_key of the last POLL answered
+        self.copies = 0  # POLLs not answered: copies of the one answered just before
         self.ring = _VirtualStore(self)
         self._buf = bytearray(wire.MAX_FRAME + wire.AUTH_SIZE)
         # the answer's room: a signed answer leaves AUTH_SIZE of the largest frame for its trailer
@@ -639,6 +648,11 @@ class VirtualRing:
         if t != wire.POLL or n != wire.OVERHEAD + 4:
             self.bad_frames += 1
             return None
+        key = device.poll_key(data)
+        if key == self.last_poll:
+            self.copies += 1  # a copy of the POLL just answered: not answered twice (the firmware's rule)
+            return None
+        self.last_poll = key
         self.answers += 1
         hi, lo = wire.seq_hi(data), wire.seq_lo(data)
         me, mb = struct.unpack_from(">HH", data, wire.HEADER_SIZE)

@@ -71,6 +71,8 @@ class PollConfig:
     frames: int = _setting(1, _P, (1, 32))
     # with frames > 1: the next POLL goes out from a burst's predicted end
     pipeline: bool = _setting(True, _P)
+    # on a UDP link that lost datagrams lately (auth off): every POLL twice; the device answers one
+    copies: bool = _setting(True, _P)
     # ceiling of the retransmission timeout (RTO, rtt.py) and the RTO before a sample
     timeout: float = _setting(0.25, _P, (0.001, 60.0))
     # floor of the RTO (a serial link's floor is at least its line time, rtt.py)

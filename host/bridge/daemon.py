@@ -357,6 +357,10 @@ class Scheduler:
         # the request's RTO (client.rto: measured on this link, rtt.py; ack_timeout for a SUBSCRIBE)
         heapq.heappush(self.deadlines, (now + c.rto, next(self._tie), r, r.gen))
         r.link.send(data)
+        if c.send_copy:
+            # a lossy link: the same POLL twice (client.request); the device answers one of them
+            c.send_copy = False
+            r.link.send(data)
         if c.send_again:
             # a gap repoll with a second POLL from where the held frames' burst ends (leadwire.hold):
             # both in flight; the second is the outstanding request, the gap's answer comes first

@@ -152,6 +152,9 @@ class Link:
         assert cl.rtt.floor <= cl.rto <= cl.rtt.ceiling or (cl._probing and cl.rto < cl.rtt.rto)
         self.push(self.t + cl.rto, "deadline", self.gen)
         self.carry(data, "dev")
+        if cl.send_copy:  # the same POLL twice on a lossy link (daemon._send)
+            cl.send_copy = False
+            self.carry(data, "dev")
         if cl.send_again:  # a gap repoll and a POLL from the held burst's end: both go (daemon._send)
             cl.send_again = False
             self.send()

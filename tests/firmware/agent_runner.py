@@ -67,6 +67,7 @@ L = [
     StreamDecoder(128),
     None,  # auth endpoint: off (auth_runner.py measures the signed path)
     256 - 12,  # payload budget of a frame
+    -1,  # the last POLL answered (device.poll_key): none yet
 ]
 hello = bytearray(64)
 L[11] = bytes(hello[: dv.hello_into(hello, 1, 256, 16, 256, 1, ("t", "0.1.0", "unix"))])
@@ -80,14 +81,18 @@ for _ in range(300):
     ag.emit(1, sample, 16)
 
 
+tg = [7]  # the POLLs' tag: a new one each time, as a client's (a repeated tag and n is a copy)
+
+
 def make_poll(back):
-    # POLL n = newest - back (on halves: no big ints), 255 events, 2047 bytes, tag 7
+    # POLL n = newest - back (on halves: no big ints), 255 events, 2047 bytes, the next tag
     lo = ring._lo - back
     hi = ring._hi
     if lo < 0:
         lo += 0x10000
         hi = (hi - 1) & 0xFFFF
-    wire.put_header(pf, wire.POLL, wire.F_LAST, 0, 0, 7, 0, 4, hi, lo)
+    tg[0] = (tg[0] + 1) & 0xFF
+    wire.put_header(pf, wire.POLL, wire.F_LAST, 0, 0, tg[0], 0, 4, hi, lo)
     pf[10] = 0
     pf[11] = 255
     pf[12] = 0x07
@@ -107,7 +112,8 @@ def serial_burst():
     if lo < 0:
         lo += 0x10000
         hi = (hi - 1) & 0xFFFF
-    wire.put_header(pb, wire.POLL, wire.F_LAST, 0, 0, 7, 0, 5, hi, lo)
+    tg[0] = (tg[0] + 1) & 0xFF
+    wire.put_header(pb, wire.POLL, wire.F_LAST, 0, 0, tg[0], 0, 5, hi, lo)
     pb[10] = 0
     pb[11] = 20
     pb[12] = 0x07

@@ -62,6 +62,7 @@ def link(ep):
         StreamDecoder(136),
         ep,
         256 - 12 - ax,
+        -1,  # the last POLL answered (device.poll_key): none yet
     ]
 
 
@@ -94,14 +95,15 @@ m = 10 + ((ans[4] & 7) << 8 | ans[5]) + 10
 assert host.host_hello(ans, m) == wire.OK, "handshake"
 
 
-def make_poll(buf, back, events, max_bytes):
-    # POLL n = newest - back (on halves), tag 7
+def make_poll(buf, back, events, max_bytes, tag=7):
+    # POLL n = newest - back (on halves). Consecutive POLLs need new tags, as a client's: one with
+    # the tag and n of the POLL answered last is a copy, not answered (device.poll_key)
     lo = ring._lo - back
     hi = ring._hi
     if lo < 0:
         lo += 0x10000
         hi = (hi - 1) & 0xFFFF
-    wire.put_header(buf, wire.POLL, wire.F_LAST, 0, 0, 7, 0, 4, hi, lo)
+    wire.put_header(buf, wire.POLL, wire.F_LAST, 0, 0, tag, 0, 4, hi, lo)
     buf[10] = 0
     buf[11] = events
     buf[12] = max_bytes >> 8
@@ -111,12 +113,25 @@ def make_poll(buf, back, events, max_bytes):
 
 plain = bytearray(16)
 make_poll(plain, 10, 10, 240)
+plain2 = bytearray(16)
+make_poll(plain2, 10, 10, 240, 8)
+plains = [plain, plain2]
+pi = [0]
+
+
+def plain_poll(L):
+    # the unsigned POLL, its tag 7 and 8 in turn (allocates nothing)
+    i = pi[0] ^ 1
+    pi[0] = i
+    ag._rx(L, plains[i], 16, None)
+
+
 # ROUNDS + 2 signed polls, made before any measurement (each counter is accepted once)
 NS = BLOCKS * (ROUNDS + 20) + 4
 signed = bytearray(24 * NS)  # one block: NS signed polls of 24 bytes
 pb = bytearray(24)
 for i in range(NS):
-    host.sign_into(pb, make_poll(pb, 10, 10, 240))
+    host.sign_into(pb, make_poll(pb, 10, 10, 240, i & 0xFF))
     signed[24 * i : 24 * i + 24] = pb
 sv = memoryview(signed)
 
@@ -136,7 +151,7 @@ def check(name, fn):
 
 # with a key configured the per-event path is the same: 0 bytes
 check("emit_with_auth", emit_one)
-check("unsigned_poll_answer", lambda: ag._rx(Lp, plain, 16, None))
+check("unsigned_poll_answer", lambda: plain_poll(Lp))
 
 
 def cost(name, fn):
@@ -183,7 +198,7 @@ def sign_only():
 # a serial sink both times), and the tag alone (sign_into of a 14-byte ACK)
 k0 = La[0].k
 for _ in range(BLOCKS):  # side by side: the blocks of the three interleaved
-    cost("poll_answer_unsigned", lambda: ag._rx(Lp, plain, 16, None))
+    cost("poll_answer_unsigned", lambda: plain_poll(Lp))
     cost("poll_answer_signed", signed_poll)
     cost("sign_into_ack", sign_only)
 assert La[0].k - k0 == BLOCKS * (ROUNDS + 20), "every signed poll answered"

@@ -37,7 +37,7 @@ RECORDS: dict[str, tuple[list[str], str | None]] = {
         None,
     ),
     "link": (
-        "_IO _UDP _TX _MV _Q _GAP _NEXT _SUBS _OWN _RAW _PEER _HELLO _RB _CB _DEC _EP _LIM".split(),
+        "_IO _UDP _TX _MV _Q _GAP _NEXT _SUBS _OWN _RAW _PEER _HELLO _RB _CB _DEC _EP _LIM _LASTP".split(),
         "_NLINK",
     ),
     "sensor": ("_SCH _SPER _SSIZE _SDUE _SNUM _SBUF".split(), "_NSENSOR"),
