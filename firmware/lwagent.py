@@ -255,6 +255,7 @@ class Agent:
             # a HELLO request: a new session, answered at once with the signed HELLO (K)
             if A[_AHELLO](b, n, A[_AEH], A[_AEL]):
                 return
+            L[_LASTP] = -1  # its POLLs are new, whatever their tags
             m = len(L[_HELLO])
             copy_into(tx, 0, L[_HELLO], 0, m)
             m = A[_ASHELLO](tx, dv.retag(tx, m, b[_TAG_AT]), A[_AEH], A[_AEL])
@@ -299,6 +300,7 @@ class Agent:
                 hi = ring.last_hi
                 lo = ring.last_lo
         elif t == wire.HELLO and n == _OVERHEAD:
+            L[_LASTP] = -1  # a client (re)starting: its POLLs are new, whatever their tags
             m = len(L[_HELLO])
             copy_into(tx, 0, L[_HELLO], 0, m)
             self.h[_DROP] += _send(L, tx, dv.retag(tx, m, b[_TAG_AT]), a)

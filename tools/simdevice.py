@@ -102,6 +102,7 @@ class SimCore:
         first = self.rng.getrandbits(32) if start is None else start & 0xFFFFFFFF
         self.start = first
         self.ring = EventRing(self.capacity, first, self.slot_size, epoch=self.epoch)
+        self.last_poll = -1  # device.poll_key of the last POLL answered (none after a boot)
         self.generated = 0  # events written in this boot
         self.sessions: dict[int, ReportSequence] = {}
         self.queue = FrameQueue(self.frame_size)
@@ -165,6 +166,7 @@ class SimCore:
         if f.type == wire.HELLO and not f.payload:
             if ep.device_hello(buf, len(buf), self.epoch >> 16, self.epoch & 0xFFFF):
                 return []
+            self.last_poll = -1  # a new session: its POLLs are new
             return [self.hello(f.message_id)]  # at once: the answer starts the session
         if ep.verify(buf, len(buf)):
             return []
@@ -191,6 +193,7 @@ class SimCore:
                     hi, lo = self.ring.last_hi, self.ring.last_lo
                 return answers
             if t == wire.HELLO and not f.payload:
+                self.last_poll = -1  # a client (re)starting: its POLLs are new, whatever their tags
                 return [self.hello(f.message_id)]
             if t == wire.SUBSCRIBE:
                 chans = messages.decode_subscribe(f)
@@ -634,6 +637,7 @@ class VirtualRing:
                 if ep.device_hello(data, n, self.epoch >> 16, self.epoch & 0xFFFF):
                     self.refused += 1
                     return None
+                self.last_poll = -1  # a new session: its POLLs are new
                 return self.hello(tag)
             if ep.verify(data, n):
                 self.refused += 1
@@ -644,6 +648,7 @@ class VirtualRing:
             self.refused += 1
             return None
         if t == wire.HELLO and n == wire.OVERHEAD:
+            self.last_poll = -1  # a client (re)starting: its POLLs are new, whatever their tags
             return self.hello(tag)
         if t != wire.POLL or n != wire.OVERHEAD + 4:
             self.bad_frames += 1

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,6 +119,12 @@ PROBE_RECENT = 2000
 # answers one (device.poll_key). A device that answers both (older firmware) is sent no more copies
 # once COPIES_ANSWERED of them were answered and at least a quarter of those sent
 COPIES_ANSWERED = 16
+# ... and only while the link loses at least COPY_MIN_LOSS of its frames (gaps per polling frame
+# received, over the last ~LOSS_SPAN frames): a copy costs the bridge a send and the board a read
+# per POLL; paired netem runs at 1% loss each way showed no gain (0.93-0.99 of no copies, 256 B
+# 100,000/s the worst), at 5% 1.08-1.10 with the fifth round's other rules (docs/benchmarks.md)
+COPY_MIN_LOSS = 0.025
+LOSS_SPAN = 4096
 
 _COUNTERS_JSON = '{"device":{%s},"channels":{%%s}}' % ",".join('"%s":%%d' % k for k in DEVICE_COUNTERS)
 _CHANNEL_JSON = '"%%d":{%s}' % ",".join('"%s":%%d' % k for k in CHANNEL_COUNTERS)
@@ -220,6 +227,11 @@ class DeviceClient:
         # spec 004: the core's client, resumed from the stored offset
         # (HoldingPollClient: frames after a lost one are kept; the repoll asks for the gap only)
         self.pc = HoldingPollClient(st.n, st.boot_epoch, fresh=not st.has_n)
+        # tags from a random start: a restarted bridge polling from the same committed n with the
+        # tags of its previous life would send the POLL the device answered last again, which the
+        # device takes for a copy and does not answer (docs/protocol.md 5, "Copies"); found by the
+        # power cuts (a bridge cut over and over stalled on its first POLL)
+        self.pc.tag = random.randrange(256)
         self.pc.pipeline = poll.pipeline
         self.recovery: Loss | None = None  # the open recovery phase (a losses row)
         if st.recovery is not None and st.boot_epoch is not None:
@@ -286,6 +298,11 @@ class DeviceClient:
         self.copies_answered = 0  # ... whose answer came twice (the device answers copies)
         self._copy_ok = poll.copies and cfg.transport == "udp" and cfg.key is None  # a signed copy: a replay
         self._copied: deque[int] = deque(maxlen=8)
+        # the link's frame loss, roughly: polling frames received, and gaps seen (each once, at the
+        # n it stood at), both halved every LOSS_SPAN frames
+        self._rx_frames = 0
+        self._rx_gaps = 0
+        self._gap_n = -1
         self._copy_began: set[int] = set()
         # adaptive polling
         self.interval = poll.interval
@@ -490,7 +507,7 @@ class DeviceClient:
         if tag in self._copied:  # the 8-bit tag came round again: an old copy's record goes
             self._copied.remove(tag)
             self._copy_began.discard(tag)
-        if lossy and self._copy_ok:
+        if lossy and self._copy_ok and self._rx_gaps >= COPY_MIN_LOSS * max(self._rx_frames, 200):
             # the same POLL twice: a lost POLL costs the device a silence of SRTT + 2 RTTVAR and a
             # round trip with its ring filling (an overrun, at the rates pipelining is on for);
             # both copies are lost at 5% loss 1 time in 400. The device answers one (its rule:
@@ -605,6 +622,10 @@ class DeviceClient:
                 if self.rtt.on_answer(f.message_id, now_s, self._last_rx_s) is not None:
                     self._probed = False
             self._last_rx_s = now_s
+            self._rx_frames += 1
+            if self._rx_frames >= LOSS_SPAN:
+                self._rx_frames >>= 1
+                self._rx_gaps >>= 1
             old_epoch = pc.epoch
             kind, data = pc.on_frame(f)
             if kind == core.STALE:
@@ -646,6 +667,9 @@ class DeviceClient:
                 # a pipelined burst mispredicted. It arms the tail-loss probe (request); a
                 # timeout does not: a loaded host's late answers would arm it on a clean link
                 self._loss_send = self.rtt.sends
+                if self._gap_n != pc.n:  # (the frames held behind one gap count it once)
+                    self._gap_n = pc.n
+                    self._rx_gaps += 1
             if (
                 f.message_id == pc.prev_tag
                 and self.outstanding == REQ_POLL

@@ -84,7 +84,7 @@ def test_poll_copies_keep_a_lost_poll_from_silencing_the_device() -> None:
     # the device skipped a copy for every POLL whose both copies arrived (~90%), answered none twice
     assert all(r["device_copies"] > 0.8 * r["copies"] for r in now)
     assert all(r["copies_answered"] == 0 for r in now)
-    assert mean(now, "timeouts") < 0.5 * mean(before, "timeouts")
+    assert mean(now, "timeouts") < 0.6 * mean(before, "timeouts")
     assert mean(now, "ev_s") > 1.05 * mean(before, "ev_s")
     assert mean(now, "lost") < 0.9 * mean(before, "lost")
 
