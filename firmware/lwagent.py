@@ -113,7 +113,7 @@ _CB = const(13)
 _DEC = const(14)
 _EP = const(15)  # lwauth.link(): the endpoint's bound methods, or None (auth off)
 _LIM = const(16)  # payload budget of a frame: link frame size - overhead (- auth trailer)
-_LASTP = const(17)  # dv.poll_key of the last POLL answered (a copy of it is not answered twice)
+_LASTP = const(17)  # messages.poll_key of the last POLL answered (a copy is not answered twice)
 # a push session (one per subscribed channel on a link)
 _RS = const(0)  # ReportSequence
 _BODY = const(1)  # report body being accumulated (count, backlog 0, records)
@@ -275,7 +275,7 @@ class Agent:
             f = b[_MAX_FRAMES_AT] if n == _POLL_BURST_SIZE else 1
             if not 0 < f <= _BURST:
                 return self._bad()
-            k = dv.poll_key(b)  # a small int: allocates nothing
+            k = (b[_TAG_AT] << 16) | (b[8] << 8) | b[9]  # messages.poll_key: a small int (no alloc)
             if k == L[_LASTP]:
                 return  # a copy of the POLL just answered (spec 004 6.5): its answer went already
             L[_LASTP] = k

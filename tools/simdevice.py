@@ -41,7 +41,7 @@ from typing import Any
 
 import click
 
-from leadwire import auth, codec, device, framing, messages, wire
+from leadwire import auth, codec, framing, messages, wire
 from leadwire.frames import FrameQueue
 from leadwire.reports import ReportSequence
 from leadwire.ring import EventRing
@@ -89,7 +89,7 @@ class SimCore:
         self.report_retransmissions = 0
         self.acks_received = 0
         self.bad_frames = 0
-        self.last_poll = -1  # device.poll_key of the last POLL answered
+        self.last_poll = -1  # messages.poll_key of the last POLL answered
         self.copies = 0  # POLLs not answered: copies of the one answered just before
         self.boot(start)
 
@@ -102,7 +102,7 @@ class SimCore:
         first = self.rng.getrandbits(32) if start is None else start & 0xFFFFFFFF
         self.start = first
         self.ring = EventRing(self.capacity, first, self.slot_size, epoch=self.epoch)
-        self.last_poll = -1  # device.poll_key of the last POLL answered (none after a boot)
+        self.last_poll = -1  # messages.poll_key of the last POLL answered (none after a boot)
         self.generated = 0  # events written in this boot
         self.sessions: dict[int, ReportSequence] = {}
         self.queue = FrameQueue(self.frame_size)
@@ -177,7 +177,7 @@ class SimCore:
         try:
             if t == wire.POLL:
                 n, me, mb = messages.decode_poll(f)
-                key = (f.message_id << 16) | (n & 0xFFFF)  # device.poll_key of the frame
+                key = (f.message_id << 16) | (n & 0xFFFF)  # messages.poll_key of the frame
                 if key == self.last_poll:
                     self.copies += 1  # a copy of the POLL just answered: not answered twice
                     return []
@@ -580,7 +580,7 @@ class VirtualRing:
         self.board_id = "sim-%d" % index
         self.answers = 0
         self.bad_frames = 0
-        self.last_poll = -1  # device.poll_key of the last POLL answered
+        self.last_poll = -1  # messages.poll_key of the last POLL answered
         self.copies = 0  # POLLs not answered: copies of the one answered just before
         self.ring = _VirtualStore(self)
         self._buf = bytearray(wire.MAX_FRAME + wire.AUTH_SIZE)
@@ -653,7 +653,7 @@ class VirtualRing:
         if t != wire.POLL or n != wire.OVERHEAD + 4:
             self.bad_frames += 1
             return None
-        key = device.poll_key(data)
+        key = messages.poll_key(data)
         if key == self.last_poll:
             self.copies += 1  # a copy of the POLL just answered: not answered twice (the firmware's rule)
             return None

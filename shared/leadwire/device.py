@@ -7,7 +7,7 @@
 #            version, board kind (u8 length + UTF-8 each)[, auth session K u32 (signed HELLOs:
 #            auth.Endpoint.device_sign_hello fills it in)]            hello_into (boot; allocates)
 #  POLL      max_events u16, max_bytes u16                            u16(buf, 0), u16(buf, 1)
-#            a copy of the POLL answered last (same poll_key) is not answered again
+#            a copy of the POLL answered last (same messages.poll_key) is not answered again
 #  ACK       status u16                                               u16(buf, 0), ack_into
 #  answers   echo the request's tag (message id byte; ring.answer_into does it for polls) retag
 #  SUBSCRIBE count u8, channel ids                                    subscribe_channels (allocates)
@@ -37,14 +37,6 @@ def u16(buf, n):
     """The n-th big-endian u16 of the payload of the frame in buf."""
     n = 10 + 2 * n
     return (buf[n] << 8) | buf[n + 1]
-
-
-def poll_key(buf):
-    """The tag and the low half of n of the POLL in buf, as one small int (< 2^24 on every port).
-    A POLL with the key of the one a link answered last is a copy (the network's, or the client's
-    second send on a lossy link, spec 004 6.5): the device does not answer it twice. A client never
-    sends two different POLLs with one tag in a row, so no request is lost to it."""
-    return (buf[3] << 16) | (buf[8] << 8) | buf[9]
 
 
 def _u32(buf, n, data):

@@ -171,6 +171,15 @@ def poll_frame(n, max_events=1, max_bytes=wire.MAX_PAYLOAD, tag=0, max_frames=1)
     return codec.Frame(wire.POLL, n, body, message_id=tag)
 
 
+def poll_key(buf):
+    """The tag and the low half of n of the POLL frame in buf, as one small int (< 2^24 on every
+    port). A POLL with the key of the one a link answered last is a copy (the network's, or the
+    client's second send on a lossy link, docs/protocol.md 5 and 6.5): the device does not answer it
+    twice. A client never sends two different POLLs with one tag in a row, so no request is lost to
+    it. (The firmware computes the same expression in place: a function here costs a board heap.)"""
+    return (buf[3] << 16) | (buf[8] << 8) | buf[9]
+
+
 def decode_poll(frame):
     """-> (n, max_events, max_bytes); a burst's max_frames is poll_frames(frame)"""
     poll_frames(frame)  # validates the length and max_frames

@@ -108,6 +108,24 @@ def test_a_device_that_answers_both_copies_gets_no_more(monkeypatch: pytest.Monk
     assert r["copies_answered"] * 4 >= r["copies"]  # it stopped once a quarter were answered twice
 
 
+def test_the_turnover_skip_leans_long_within_the_ring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """5% loss, 256 B at 40,000/s into 60 slots: the turnover estimate fell a few events short of the
+    ring's oldest again and again in a chase (each short skip: one more RECOVERY and a round trip);
+    with a quarter more (bclient.TURNOVER_SLACK) fewer chased overruns and more events stored. Past
+    the ring (100,000/s) it is not applied: the same runs with or without it."""
+    seeds = range(4)
+    now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in seeds]
+    fast = [run(256, 60, 100_000, 0.05, seed=s, window=0.1) for s in seeds[:2]]
+    with monkeypatch.context() as m:
+        m.setattr(bclient, "TURNOVER_SLACK", 0.0)
+        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in seeds]
+        fast_before = [run(256, 60, 100_000, 0.05, seed=s, window=0.1) for s in seeds[:2]]
+    print("now", now, "\nbefore", before)
+    assert mean(now, "chased") < 0.9 * mean(before, "chased")
+    assert mean(now, "ev_s") > 1.02 * mean(before, "ev_s")
+    assert [r["ev_s"] for r in fast] == [r["ev_s"] for r in fast_before]
+
+
 def test_tail_loss_probe_cuts_the_idle_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     """5% loss each way, 64 B at 60,000/s: the probe at SRTT + 2 RTTVAR finds a lost POLL or answer
     sooner than the RTO floor (2 ms): less time idle waiting, fewer events lost."""

@@ -67,7 +67,7 @@ L = [
     StreamDecoder(128),
     None,  # auth endpoint: off (auth_runner.py measures the signed path)
     256 - 12,  # payload budget of a frame
-    -1,  # the last POLL answered (device.poll_key): none yet
+    -1,  # the last POLL answered (messages.poll_key): none yet
 ]
 hello = bytearray(64)
 L[11] = bytes(hello[: dv.hello_into(hello, 1, 256, 16, 256, 1, ("t", "0.1.0", "unix"))])

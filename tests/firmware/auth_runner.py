@@ -62,7 +62,7 @@ def link(ep):
         StreamDecoder(136),
         ep,
         256 - 12 - ax,
-        -1,  # the last POLL answered (device.poll_key): none yet
+        -1,  # the last POLL answered (messages.poll_key): none yet
     ]
 
 
@@ -97,7 +97,7 @@ assert host.host_hello(ans, m) == wire.OK, "handshake"
 
 def make_poll(buf, back, events, max_bytes, tag=7):
     # POLL n = newest - back (on halves). Consecutive POLLs need new tags, as a client's: one with
-    # the tag and n of the POLL answered last is a copy, not answered (device.poll_key)
+    # the tag and n of the POLL answered last is a copy, not answered (messages.poll_key)
     lo = ring._lo - back
     hi = ring._hi
     if lo < 0:

@@ -224,3 +224,14 @@ def test_firmware_header_positions_read_the_encoded_frames() -> None:
     signed = bytearray(hello) + bytes(wire.AUTH_SIZE)
     auth_host.HostEndpoint(bytes(range(32))).host_sign_hello(signed, len(hello))
     assert signed[1] & agent["_AUTH_BIT"] and (signed[1] >> 4) & wire.F_AUTH
+
+
+def test_the_poll_key_is_the_tag_and_the_low_half_of_n() -> None:
+    """messages.poll_key (the copy rule, docs/protocol.md 5) and the firmware's copy of it in place."""
+    src = (ROOT / "firmware" / "lwagent.py").read_text()
+    assert "k = (b[_TAG_AT] << 16) | (b[8] << 8) | b[9]" in src
+    for n, tag in [(0, 0), (0x12345678, 5), (0xFFFFFFFF, 255), (0x0001FFFF, 1)]:
+        for k in (1, 9):
+            f = codec.encode(messages.poll_frame(n, 3, 200, tag=tag, max_frames=k))
+            assert messages.poll_key(f) == (tag << 16) | (n & 0xFFFF) == (f[3] << 16) | (f[8] << 8) | f[9]
+    assert messages.poll_key(codec.encode(messages.poll_frame(0xFFFFFFFF, 1, 1, tag=255))) < 2**24

@@ -34,7 +34,7 @@ def serial_board() -> Iterator[VirtualBoard]:
 @pytest.mark.timeout(60)
 def test_udp_board_answers_one_copy_of_a_duplicated_poll(udp_board: VirtualBoard) -> None:
     """netem duplicates every POLL: the board answers each POLL once (a copy of the POLL it answered
-    last -- same tag, same n: device.poll_key -- is not answered again), and the next POLL, with the
+    last -- same tag, same n: messages.poll_key -- is not answered again), and the next POLL, with the
     same n and a new tag, is answered."""
     assert udp_board.address is not None
 
