@@ -715,30 +715,18 @@ class DeviceClient:
         return False
 
     def _third_poll(self, f: codec.Frame) -> bool:
-        """After an early gap repoll, the pipelined POLL's burst arrives held behind the gap: once
-        the held frames are one run from the gap on and the last says where that burst ends
-        (leadwire.hold's _held_end), the next POLL, from there, goes out now (three in flight: the
-        gap's, the held burst's rest, this one). Without it the device answered the gap, then sat a
-        round trip with its ring filling: at 256 B and 40,000/s, in virtual time, most of the
-        overruns of a lossy link came after such a gap (tests/bridge/lossy_sim.py). True: send now."""
-        pc = self.pc
+        """After an early gap repoll, the pipelined POLL's burst arrives held behind the gap: the
+        POLL from that burst's end goes out as soon as the held frames tell it (leadwire.hold's
+        ahead_past_gap: three in flight). Without it the device answered the gap, then sat a round
+        trip with its ring filling: at 256 B and 40,000/s, in virtual time, most of the overruns of
+        a lossy link came after such a gap (tests/bridge/lossy_sim.py). True: send now."""
         if (
-            self._early_gap != pc.n
+            self._early_gap != self.pc.n
             or self.outstanding != REQ_POLL
-            or not pc.pipeline
-            or pc.ahead is not None
-            or pc.gap_tag >= 0  # one per gap: the POLL from the held end went out already
             or f.message_id != self._early_gap_next  # a frame of the burst after the gap's
-            or pc.state != core.POLLING
-            or pc.hello_due
+            or not self.pc.ahead_past_gap(self.poll_cfg.frames)
         ):
             return False
-        end = pc._held_end(self.poll_cfg.frames)
-        if end is None:
-            return False
-        pc.ahead = end
-        pc.gap_tag = pc.tag  # the gap's answer: a RECOVERY under it is acted on (leadwire.hold)
-        pc.gap_ahead += 1
         self.third_polls += 1
         self.outstanding = 0
         self.next_delay = 0.0

@@ -91,6 +91,22 @@ class HoldingPollClient(PollClient):
                 self.gap_tag = self.tag
         return f
 
+    def ahead_past_gap(self, max_frames):
+        # Three in flight across an early gap: the gap was asked for while a pipelined POLL was out,
+        # and that POLL's answer now arrives held behind the gap. Once the held frames run on from
+        # the gap and the last of them tells where that burst ends (_held_end), the next POLL may
+        # go from there at once (ahead; the gap's RECOVERY is still acted on: gap_tag). One per
+        # gap. True: the caller sends it now. (docs/protocol.md 6.5)
+        if self.ahead is not None or self.gap_tag >= 0 or self.state != POLLING or self.hello_due:
+            return False
+        end = self._held_end(max_frames) if self.pipeline and self.held else None
+        if end is None:
+            return False
+        self.ahead = end
+        self.gap_tag = self.tag  # the outstanding request is the gap repoll
+        self.gap_ahead += 1
+        return True
+
     def _held_end(self, max_frames):
         # where the burst the held frames belong to ends: their run from the gap on, plus the last
         # one's backlog when the frames still due can carry it; None if that cannot be told
