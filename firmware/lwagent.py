@@ -277,7 +277,7 @@ class Agent:
                 return self._bad()
             k = (b[_TAG_AT] << 16) | (b[8] << 8) | b[9]  # messages.poll_key: a small int (no alloc)
             if k == L[_LASTP]:
-                return  # a copy of the POLL just answered (spec 004 6.5): its answer went already
+                return  # a copy of the POLL just answered (docs/protocol.md 5): its answer went
             L[_LASTP] = k
             ring = self.ring
             hi = wire.seq_hi(b)
