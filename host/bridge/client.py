@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -61,6 +61,7 @@ from leadwire.lead import LeadTracker
 from leadwire.reassembly import Reassembler
 
 from .config import DeviceConfig, PollConfig
+from .copies import PollCopies
 from .rtt import RttEstimator, serial_floor
 
 # request kinds
@@ -116,16 +117,6 @@ DEAD_SILENCE = 0.5
 PROBE_MARGIN = 0.0002
 PROBE_RECENT = 2000
 TURNOVER_SLACK = 0.25  # added to the turnover estimate where it stays within the ring (request)
-# POLL copies (request): on a UDP link that lost a datagram lately, each POLL goes twice; the device
-# answers one (messages.poll_key). A device that answers both (older firmware) is sent no more copies
-# once COPIES_ANSWERED of them were answered and at least a quarter of those sent
-COPIES_ANSWERED = 16
-# ... and only while the link loses at least COPY_MIN_LOSS of its frames (gaps per polling frame
-# received, over the last ~LOSS_SPAN frames): a copy costs the bridge a send and the board a read
-# per POLL; paired netem runs at 1% loss each way showed no gain (0.93-0.99 of no copies, 256 B
-# 100,000/s the worst), at 5% 1.08-1.10 with the fifth round's other rules (docs/benchmarks.md)
-COPY_MIN_LOSS = 0.025
-LOSS_SPAN = 4096
 
 _COUNTERS_JSON = '{"device":{%s},"channels":{%%s}}' % ",".join('"%s":%%d' % k for k in DEVICE_COUNTERS)
 _CHANNEL_JSON = '"%%d":{%s}' % ",".join('"%s":%%d' % k for k in CHANNEL_COUNTERS)
@@ -293,18 +284,11 @@ class DeviceClient:
         self._probed = False  # a probe fired since the last round-trip sample: the next send waits the RTO
         self._loss_send = -(10**9)  # rtt.sends when a frame last showed a gap (datagrams lost lately)
         self.probes = 0  # probes that fired
-        # POLL copies (request): the next send goes twice; tags sent so, those whose answer began
+        # POLL copies (copies.py): send_copy, the request just made goes twice (daemon._send)
+        self.copies = PollCopies(
+            poll.copies and cfg.transport == "udp" and cfg.key is None
+        )  # signed: a replay
         self.send_copy = False
-        self.copies = 0  # POLLs sent twice
-        self.copies_answered = 0  # ... whose answer came twice (the device answers copies)
-        self._copy_ok = poll.copies and cfg.transport == "udp" and cfg.key is None  # a signed copy: a replay
-        self._copied: deque[int] = deque(maxlen=8)
-        # the link's frame loss, roughly: polling frames received, and gaps seen (each once, at the
-        # n it stood at), both halved every LOSS_SPAN frames
-        self._rx_frames = 0
-        self._rx_gaps = 0
-        self._gap_n = -1
-        self._copy_began: set[int] = set()
         # adaptive polling
         self.interval = poll.interval
         self.next_delay = 0.0
@@ -513,19 +497,12 @@ class DeviceClient:
             if probe < self.rto:
                 self.rto = probe
                 self._probing = True
-        tag = f.message_id
-        if tag in self._copied:  # the 8-bit tag came round again: an old copy's record goes
-            self._copied.remove(tag)
-            self._copy_began.discard(tag)
-        if lossy and self._copy_ok and self._rx_gaps >= COPY_MIN_LOSS * max(self._rx_frames, 200):
-            # the same POLL twice: a lost POLL costs the device a silence of SRTT + 2 RTTVAR and a
-            # round trip with its ring filling (an overrun, at the rates pipelining is on for);
-            # both copies are lost at 5% loss 1 time in 400. The device answers one (its rule:
-            # messages.poll_key), so the answer and the device's work are not doubled. Virtual
-            # time, 5% loss each way: 256 B at 40,000/s 27,800 -> 30,196 events/s stored
-            self.send_copy = True
-            self.copies += 1
-            self._copied.append(tag)
+        # the same POLL twice on a lossy link (lossy: a POLL): a lost POLL costs the device a silence
+        # of SRTT + 2 RTTVAR and a round trip with its ring filling (an overrun, at the rates
+        # pipelining is on for); both copies are lost at 5% loss 1 time in 400, and the device
+        # answers one (messages.poll_key). Virtual time, 5% each way: 256 B at 40,000/s 27,800 ->
+        # 30,196 events/s stored
+        self.send_copy = self.copies.on_send(f.message_id, lossy)
         return f
 
     def on_transport_error(self) -> float:
@@ -625,17 +602,16 @@ class DeviceClient:
                 self.on_bad_frame(wire.E_TYPE)  # a host->device type sent to us
                 return False
             pc = self.pc
-            if f.index == 0 and self._copied and f.message_id in self._copied:
-                self._copy_answer(f.message_id)
+            copies = self.copies
+            copies.on_frame(f.message_id, f.index)
+            if copies.off_reason is not None:  # the device answers copies too: no more of them
+                self.log.append(("poll_copies_off", copies.off_reason))
+                copies.off_reason = None
             if t != wire.HELLO or f.message_id == pc.tag:  # (a boot HELLO answers no request)
                 # the first frame of an answer: its round trip, from the send or the frame before
                 if self.rtt.on_answer(f.message_id, now_s, self._last_rx_s) is not None:
                     self._probed = False
             self._last_rx_s = now_s
-            self._rx_frames += 1
-            if self._rx_frames >= LOSS_SPAN:
-                self._rx_frames >>= 1
-                self._rx_gaps >>= 1
             old_epoch = pc.epoch
             kind, data = pc.on_frame(f)
             if kind == core.STALE:
@@ -646,22 +622,6 @@ class DeviceClient:
         except wire.WireError as e:
             self.on_bad_frame(e.code)
             return False
-
-    def _copy_answer(self, tag: int) -> None:
-        # the first frame of an answer to a POLL sent twice: a second one means the device answered
-        # the copy too (or the network duplicated the answer): enough of them, and no more copies
-        began = self._copy_began
-        if tag not in began:
-            began.add(tag)
-            if len(began) > 64:
-                began.intersection_update(self._copied)
-            return
-        self.copies_answered += 1
-        if self.copies_answered >= COPIES_ANSWERED and 4 * self.copies_answered >= self.copies:
-            self._copy_ok = False
-            self.send_copy = False
-            twice = self.copies_answered
-            self.log.append(("poll_copies_off", {"copies": self.copies, "answered_twice": twice}))
 
     def _on_stale(self, f: codec.Frame, rx_us: int) -> bool:
         """A late or duplicated answer (its tag or range does not fit): still an arrival. True when
@@ -677,9 +637,7 @@ class DeviceClient:
                 # a pipelined burst mispredicted. It arms the tail-loss probe (request); a
                 # timeout does not: a loaded host's late answers would arm it on a clean link
                 self._loss_send = self.rtt.sends
-                if self._gap_n != pc.n:  # (the frames held behind one gap count it once)
-                    self._gap_n = pc.n
-                    self._rx_gaps += 1
+                self.copies.on_gap(pc.n)
             if (
                 f.message_id == pc.prev_tag
                 and self.outstanding == REQ_POLL

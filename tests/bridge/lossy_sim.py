@@ -164,8 +164,8 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
         "taken_back": getattr(cl.pc, "taken_back", 0),
         "early_gaps": getattr(cl, "early_gaps", 0),
         "third_polls": getattr(cl, "third_polls", 0),
-        "copies": getattr(cl, "copies", 0),
-        "copies_answered": getattr(cl, "copies_answered", 0),
+        "copies": cl.copies.sent,
+        "copies_answered": cl.copies.answered_twice,
         "device_copies": getattr(core, "copies", 0),
     }
 
