@@ -480,3 +480,30 @@ def test_a_frame_lost_in_a_burst_is_asked_for_alone_and_the_rest_is_kept() -> No
     assert kind == c.EVENTS and [o for o, _, _ in evs] == list(range(16, 31)) and cl.n == 30
     assert [len(e) for _, e in cl.taken] == [5, 5, 5] and not cl.held and cl.held_taken == 2
     assert cl.received == 21 and cl.lost == 0
+
+
+def test_held_frames_ending_at_the_newest_event_are_not_followed_by_a_turnover_skip() -> None:
+    # An overrun RECOVERY answers our last POLL; the held frames it releases end at its n1 (the
+    # device generated nothing after them). No skip past the turnover then: n stops at the newest
+    # event. (Found by tests/bridge/test_rtt.py's property test under CI: the unsigned distance
+    # from the held end to n1 wrapped, and n landed `turnover` - 4 past the newest, never counted.)
+    dev = Device(capacity=4, start=10)
+    dev.emit(1)
+    cl = HoldingPollClient()
+    for _ in range(3):
+        exchange(cl, dev)
+    assert cl.n == 10
+    cl.turnover = 8
+    dev.emit(6)  # 11..16; the ring holds 13..16
+    req = cl.next_request(max_events=2)
+    # frames of the same tag from 13 on (a burst of this POLL as an earlier POLL's predicted end
+    # would ask for it), held: they start ahead of s(n) = 11
+    ahead = messages.poll_frame(12, max_events=2, tag=req.message_id, max_frames=2)
+    f13, f15 = dev.burst(ahead)
+    assert [cl.on_frame(f)[0] for f in (f13, f15)] == [c.STALE, c.STALE] and sorted(cl.held) == [13, 15]
+    rec = dev.answer(req)
+    assert rec.type == wire.RECOVERY and messages.decode_recovery(rec) == (13, 16)
+    kind, evs = cl.on_frame(rec)
+    assert kind == c.EVENTS and [o for o, _, _ in evs] == [13, 14, 15, 16]
+    assert cl.n == 16 and cl.unproven == 0 and cl.turnover_skips == 0
+    assert cl.received == 5 and cl.lost == 2  # 10, 13..16 stored; 11 and 12 overwritten
