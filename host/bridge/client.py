@@ -216,6 +216,33 @@ class DeviceClient:
         self.poll_cfg = poll
         self.deliver = deliver  # build Delivery objects for subscription callbacks
         self.ts_prefix = cfg.timestamp == "prefix_us"
+        self._resume(st)
+        # requests
+        self.need_subscribe = bool(cfg.subscribe)
+        self.sub_channels: dict[int, int] = {}  # channel -> session, for reports
+        self.sub_tag = 0
+        self.outstanding = 0
+        self.send_again = False  # request() made a POLL the caller sends another one right after
+        self._last_hello_s = -1e18
+        self._init_timing(cfg, poll)
+        # adaptive polling
+        self.interval = poll.interval
+        self.next_delay = 0.0
+        self._rate = 0.0  # events per second, EWMA
+        # the device's generation rate (EWMA), from its newest offset as answers show it (n + backlog,
+        # a RECOVERY's n1): unlike _rate it counts the events an overrun lost
+        self._gen_rate = 0.0
+        self._newest: tuple[int, int | None, float] | None = None  # (newest offset, epoch, when)
+        self._burst_events = 0  # events received in the outstanding burst so far
+        self._last_answer_s: float | None = None
+        # push sessions
+        self.reasm = Reassembler(max_messages=16, max_bytes=65536)
+        self._msg_meta: dict[int, list[int]] = {}  # message id -> [MessageNumber, channel, frame bytes]
+        self._init_outputs(st)
+
+    def _resume(self, st: ClientState) -> None:
+        """The core's client and the device's records, from the stored state (a fresh one: none)."""
+        poll = self.poll_cfg
         # spec 004: the core's client, resumed from the stored offset
         # (HoldingPollClient: frames after a lost one are kept; the repoll asks for the gap only)
         self.pc = HoldingPollClient(st.n, st.boot_epoch, fresh=not st.has_n)
@@ -255,13 +282,9 @@ class DeviceClient:
         if st.boot_epoch is not None and st.lead_last is not None:
             self.lead.lead(self.device_id, EVENT_LEAD_CHANNEL, st.lead_last)  # seeds last_seq
         self.lead_last = st.lead_last
-        # requests
-        self.need_subscribe = bool(cfg.subscribe)
-        self.sub_channels: dict[int, int] = {}  # channel -> session, for reports
-        self.sub_tag = 0
-        self.outstanding = 0
-        self.send_again = False  # request() made a POLL the caller sends another one right after
-        self._last_hello_s = -1e18
+
+    def _init_timing(self, cfg: DeviceConfig, poll: PollConfig) -> None:
+        """Retransmission timing, the loss probes and the POLL copies (none measured yet)."""
         # retransmission timing (rtt.py): the RTO the outstanding request was sent with
         floor = poll.rto_min
         if cfg.transport == "serial":
@@ -289,19 +312,9 @@ class DeviceClient:
             poll.copies and cfg.transport == "udp" and cfg.key is None
         )  # signed: a replay
         self.send_copy = False
-        # adaptive polling
-        self.interval = poll.interval
-        self.next_delay = 0.0
-        self._rate = 0.0  # events per second, EWMA
-        # the device's generation rate (EWMA), from its newest offset as answers show it (n + backlog,
-        # a RECOVERY's n1): unlike _rate it counts the events an overrun lost
-        self._gen_rate = 0.0
-        self._newest: tuple[int, int | None, float] | None = None  # (newest offset, epoch, when)
-        self._burst_events = 0  # events received in the outstanding burst so far
-        self._last_answer_s: float | None = None
-        # push sessions
-        self.reasm = Reassembler(max_messages=16, max_bytes=65536)
-        self._msg_meta: dict[int, list[int]] = {}  # message id -> [MessageNumber, channel, frame bytes]
+
+    def _init_outputs(self, st: ClientState) -> None:
+        """Counters (resumed from the stored state) and the outputs the store drains."""
         # counters
         c = st.counters or {}
         self.dc: dict[str, int] = {k: int(c.get("device", {}).get(k, 0)) for k in DEVICE_COUNTERS}

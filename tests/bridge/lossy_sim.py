@@ -91,14 +91,16 @@ class BusyLink(Link):
 def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: float = 0.5,
         owd: float = 0.0004, jitter: float = 0.0002, req_us: float = 30.0, ev_us: float | None = None,
         step_us: float = 20.0, idle: float = 0.0, spike: float = 0.0,
-        copies: bool = True) -> dict[str, Any]:  # fmt: skip
+        copies: bool = True, **poll_kw: Any) -> dict[str, Any]:  # fmt: skip
     """One run: `rate` events/s of `size` bytes into a `ring`-slot ring for `window` s at `loss` each
-    way, then drained on a clean link; exact accounting checked."""
+    way, then drained on a clean link; exact accounting checked. `poll_kw`: PollConfig fields that
+    differ from the defaults here (the netem bench's timeout=0.02, backoff_max=0.05)."""
     rng = random.Random(seed)
     core = SimCore(0, capacity=ring, slot_size=size, payload_size=size, start=rng.randrange(2**32))
-    poll = PollConfig(batch=255, max_bytes=1460, frames=16, pipeline=True, timeout=0.25, interval=0.005,
-                      interval_min=0.0, interval_max=0.05, rto_min=0.002, backoff_max=0.25,
-                      copies=copies)  # fmt: skip
+    kw: dict[str, Any] = dict(batch=255, max_bytes=1460, frames=16, pipeline=True, timeout=0.25,
+                              interval=0.005, interval_min=0.0, interval_max=0.05, rto_min=0.002,
+                              backoff_max=0.25, copies=copies)  # fmt: skip
+    poll = PollConfig(**dict(kw, **poll_kw))
     cl = DeviceClient(1, DeviceConfig("dev", "udp"), poll)
     if ev_us is None:
         ev_us = 2.0 + size / 32  # 64 B: 4 us, 256 B: 10 us per event sent
