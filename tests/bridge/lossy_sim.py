@@ -42,6 +42,7 @@ class BusyLink(Link):
         self.busy_until = 0.0
         self.fifo: dict[str, float] = {}  # direction -> the last delivery time
         self.idle_rto = 0.0  # seconds waited for timeouts: from the later of send and last frame
+        self.pipelined = 0  # requests made while pipelining was on
         orig = cl.on_transport_error
 
         def on_err() -> float:
@@ -63,6 +64,10 @@ class BusyLink(Link):
         d = max(t0 + self.owd + r.random() * self.jitter + late, self.fifo.get(kind, 0.0) + 1e-6)
         self.fifo[kind] = d
         self.push(d, kind, data)
+
+    def send(self) -> None:
+        super().send()
+        self.pipelined += self.cl.pc.pipeline
 
     def step(self) -> None:
         at, _, kind, item = self.q[0]
@@ -156,6 +161,7 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
         "polls": d["polls"],
         "spurious": cl.rtt.spurious,
         "probes": getattr(cl, "probes", 0),
+        "pipelined": link.pipelined,
         "unproven_end": getattr(cl.pc, "unproven", 0),
         "idle_polls": idle_polls,
         # how often each rule of leadwire.hold and the bridge client acted (whole run, drain included)
