@@ -303,7 +303,7 @@ class HoldingPollClient(PollClient):
         # round trip later. When no later POLL of ours is out (the RECOVERY answers the last one
         # sent: a POLL in flight from the held frames' end must still fit n), start that far past
         # n0 at once, within 3/4 of the rest of the held range (all generated: counted lost, exact)
-        # (None when the held frames reach past n1: the device generated nothing after them.
+        # (No skip when the held frames end at n1: the device generated nothing after them, and
         # distance() is unsigned: n1 - start would wrap to ~2^32 and skip past the newest event)
         if tag != self.tag or lt(n1, start):
             return 0

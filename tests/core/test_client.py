@@ -486,7 +486,7 @@ def test_held_frames_ending_at_the_newest_event_are_not_followed_by_a_turnover_s
     # An overrun RECOVERY answers our last POLL; the held frames it releases end at its n1 (the
     # device generated nothing after them). No skip past the turnover then: n stops at the newest
     # event. (Found by tests/bridge/test_rtt.py's property test under CI: the unsigned distance
-    # from the held end to n1 wrapped, and n landed `turnover` - 4 past the newest, never counted.)
+    # from the held end to n1 wrapped, and n landed past the newest event, never counted.)
     dev = Device(capacity=4, start=10)
     dev.emit(1)
     cl = HoldingPollClient()
