@@ -281,6 +281,10 @@ class HoldingPollClient(PollClient):
             # the held range (PollClient's cap): a device that stopped still has its ring to give
             cap = 4 * (held + 1) if self._chasing else held * 3 // 4
             skip = min(self.turnover, cap)
+            if skip == held + 1:
+                # not onto n1 exactly: the whole ring skipped and nothing unproven, so a device that
+                # stopped there would not have it taken back (AHEAD, above): one past n1 instead
+                skip += 1
         past = skip - held - 1 if skip > held + 1 else 0  # offsets after n1 skipped over
         if gaps:  # the gaps behind the held frames taken: a Loss of their own (closed), then this one
             self._gap_loss(client_n, n0, n1, gaps).ended = True

@@ -507,3 +507,32 @@ def test_held_frames_ending_at_the_newest_event_are_not_followed_by_a_turnover_s
     assert kind == c.EVENTS and [o for o, _, _ in evs] == [13, 14, 15, 16]
     assert cl.n == 16 and cl.unproven == 0 and cl.turnover_skips == 0
     assert cl.received == 5 and cl.lost == 2  # 10, 13..16 stored; 11 and 12 overwritten
+
+
+def test_a_chase_skip_never_lands_exactly_on_n1() -> None:
+    # In a chase the skip may pass n1 (the offsets after it unproven, taken back if the device
+    # stopped). A skip of exactly the held range landed on n1: the whole ring counted lost with
+    # nothing unproven, so a device that stopped right there kept its ring and never gave it
+    # (tests/bridge/test_client.py's property test, a Hypothesis seed: 0 events stored). Now one
+    # past n1, and the take-back reads the ring.
+    dev = Device(capacity=8, start=10)
+    dev.emit(1)
+    cl = HoldingPollClient()
+    for _ in range(3):
+        exchange(cl, dev)
+    assert cl.n == 10
+    cl.turnover = 8  # a ring per round trip: the held range + 1
+    dev.emit(20)  # 11..30, the ring holds 23..30
+    kind, loss = exchange(cl, dev)
+    assert kind == c.RECOVER and (loss.n0, loss.n1) == (23, 30) and cl.n == 27  # first: 3/4 of it
+    dev.emit(20)  # 31..50, the ring holds 43..50: a chase
+    kind, loss = exchange(cl, dev)
+    assert kind == c.RECOVER and (loss.n0, loss.n1) == (43, 50)
+    assert cl.n == 51 and cl.unproven == 1  # past n1 by one, not onto it
+    got = []
+    for _ in range(4):  # the device generates nothing more
+        kind, data = exchange(cl, dev)
+        if kind == c.EVENTS:
+            got += [o for o, _, _ in data]
+    assert cl.taken_back == 1 and got == list(range(43, 51)) and cl.n == 50
+    assert cl.received == 9 and cl.lost == 32 and cl.received + cl.lost == 41  # 10..50, exactly
