@@ -462,12 +462,19 @@ def test_held_frames_are_taken_and_spare_round_trips() -> None:
     assert sum(cl.held_taken for cl in runs) > 100
 
 
-def test_a_frame_lost_in_a_burst_is_asked_for_alone_and_the_rest_is_kept() -> None:
-    dev = Device(capacity=64, start=10)
+def holding_client_at_10(dev: Device) -> HoldingPollClient:
+    """A HoldingPollClient past first contact with `dev` (start 10, one event): n = 10."""
     dev.emit(1)
     cl = HoldingPollClient()
     for _ in range(3):
         exchange(cl, dev)
+    assert cl.n == 10
+    return cl
+
+
+def test_a_frame_lost_in_a_burst_is_asked_for_alone_and_the_rest_is_kept() -> None:
+    dev = Device(capacity=64, start=10)
+    cl = holding_client_at_10(dev)
     dev.emit(30)
     f0, _lost, f2, f3 = dev.burst(cl.next_request(max_events=5, max_frames=4))
     assert cl.on_frame(f0)[0] == c.EVENTS and cl.n == 15
@@ -488,11 +495,7 @@ def test_held_frames_ending_at_the_newest_event_are_not_followed_by_a_turnover_s
     # event. (Found by tests/bridge/test_rtt.py's property test under CI: the unsigned distance
     # from the held end to n1 wrapped, and n landed past the newest event, never counted.)
     dev = Device(capacity=4, start=10)
-    dev.emit(1)
-    cl = HoldingPollClient()
-    for _ in range(3):
-        exchange(cl, dev)
-    assert cl.n == 10
+    cl = holding_client_at_10(dev)
     cl.turnover = 8
     dev.emit(6)  # 11..16; the ring holds 13..16
     req = cl.next_request(max_events=2)
@@ -516,11 +519,7 @@ def test_a_chase_skip_never_lands_exactly_on_n1() -> None:
     # (tests/bridge/test_client.py's property test, a Hypothesis seed: 0 events stored). Now one
     # past n1, and the take-back reads the ring.
     dev = Device(capacity=8, start=10)
-    dev.emit(1)
-    cl = HoldingPollClient()
-    for _ in range(3):
-        exchange(cl, dev)
-    assert cl.n == 10
+    cl = holding_client_at_10(dev)
     cl.turnover = 8  # a ring per round trip: the held range + 1
     dev.emit(20)  # 11..30, the ring holds 23..30
     kind, loss = exchange(cl, dev)
