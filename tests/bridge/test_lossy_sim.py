@@ -16,6 +16,7 @@ from leadwire import client as core
 from leadwire.bridge import client as bclient
 from leadwire.hold import HoldingPollClient
 
+from .helpers import make_client
 from .lossy_sim import run
 
 pytestmark = pytest.mark.timeout(300)
@@ -273,3 +274,17 @@ def test_a_lossy_udp_link_below_the_pipelining_rate_gets_the_probe_and_copies(
     assert all(r["probes"] > 0 and r["copies"] > 0 for r in now)
     assert all(r["probes"] == 0 and r["copies"] == 0 for r in before)
     assert sum(r["timeouts"] for r in now) < 0.8 * sum(r["timeouts"] for r in before)
+
+
+def test_the_slacked_turnover_stays_within_the_ring() -> None:
+    """The quarter more (TURNOVER_SLACK) goes on an estimate within the ring and keeps it there (at
+    most capacity - 1; it used to reach the ring's size and beyond); an estimate past the ring is
+    left as it is."""
+    cl, _core, d = make_client(capacity=60, key=None)
+    d.run(3)  # first contact: the HELLO told the capacity
+    assert cl.capacity == 60
+    cl.rtt.srtt, cl.rtt.rttvar = 0.001, 0.0
+    for gen, want in ((40_000, 51), (50_000, 59), (59_000, 59), (70_000, 70)):
+        cl._gen_rate = gen
+        cl.request(1.0)
+        assert cl.pc.turnover == want, gen
