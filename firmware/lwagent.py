@@ -271,8 +271,11 @@ class Agent:
             n -= _AUTH_SIZE  # the frame as if unsigned (the checks below use n)
         if t == wire.POLL and (n == _POLL_SIZE or n == _POLL_BURST_SIZE):
             # a burst: up to max_frames (payload byte 4, 1..32; absent: 1) EVENTS frames back to
-            # back, each from the last offset of the one before, until the ring has no more
+            # back, each from the last offset of the one before, until the ring has no more; with
+            # the byte's top bit (follow) a RECOVERY goes on with the events from n0
             f = b[_MAX_FRAMES_AT] if n == _POLL_BURST_SIZE else 1
+            w = f >> 7
+            f &= 0x7F
             if not 0 < f <= _BURST:
                 return self._bad()
             k = (b[_TAG_AT] << 16) | (b[8] << 8) | b[9]  # messages.poll_key: a small int (no alloc)
@@ -290,12 +293,12 @@ class Agent:
             while True:
                 heap_lock()
                 try:
-                    m = ring.answer_into(tx, hi, lo, me, mb, b[_TAG_AT], i)
+                    m = ring.answer_into(tx, hi, lo, me, mb, b[_TAG_AT], i, w and i + 1 < f)
                 finally:
                     heap_unlock()
                 self.h[_DROP] += _send(L, tx, m, a)
                 i += 1
-                if i == f or not ring.backlog:  # backlog is 0 unless the frame was EVENTS
+                if i == f or not ring.backlog:  # 0 unless EVENTS, or a RECOVERY going on (follow)
                     break
                 hi = ring.last_hi
                 lo = ring.last_lo

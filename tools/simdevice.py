@@ -185,11 +185,13 @@ class SimCore:
                 buf = bytearray(wire.OVERHEAD + wire.MAX_PAYLOAD)
                 hi, lo = n >> 16, n & 0xFFFF
                 answers = []
-                for i in range(messages.poll_frames(f)):  # a burst: frames going on from each other
-                    size = self.ring.answer_into(buf, hi, lo, me, mb, f.message_id, i)
+                k = messages.poll_frames(f)
+                follow = messages.poll_follow(f)
+                for i in range(k):  # a burst: frames going on from each other
+                    size = self.ring.answer_into(buf, hi, lo, me, mb, f.message_id, i, follow and i + 1 < k)
                     answers.append(bytes(buf[:size]))
-                    if wire.frame_type(buf) != wire.EVENTS or not self.ring.backlog:
-                        break
+                    if wire.frame_type(buf) not in (wire.EVENTS, wire.RECOVERY) or not self.ring.backlog:
+                        break  # (a RECOVERY has a backlog only when the burst goes on from n0)
                     hi, lo = self.ring.last_hi, self.ring.last_lo
                 return answers
             if t == wire.HELLO and not f.payload:

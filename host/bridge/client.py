@@ -252,6 +252,7 @@ class DeviceClient:
         # power cuts (a bridge cut over and over stalled on its first POLL)
         self.pc.tag = random.randrange(256)
         self.pc.pipeline = poll.pipeline
+        self.pc.follow = poll.follow
         self.recovery: Loss | None = None  # the open recovery phase (a losses row)
         if st.recovery is not None and st.boot_epoch is not None:
             r = st.recovery
@@ -752,11 +753,17 @@ class DeviceClient:
         return True
 
     def _on_answer(self, kind: int, data: Any, old_epoch: int | None, now_s: float, rx_us: int) -> bool:
-        """A one-frame answer to the outstanding request: AHEAD, NO_EVENT, RECOVERY or HELLO."""
+        """A one-frame answer to the outstanding request: AHEAD, NO_EVENT, RECOVERY or HELLO; or
+        the RECOVERY starting a burst that goes on with the events from n0 (PollClient.follow):
+        False then, the burst's EVENTS frames end it."""
         pc = self.pc
+        self.dirty = True
+        if kind == core.RECOVER and not pc.burst_done:
+            self._saw_newest(data.n1, now_s)
+            self._on_loss(data, old_epoch, rx_us)
+            return False
         self.outstanding = 0
         self.dc["round_trips"] += 1
-        self.dirty = True
         if kind == AHEAD:
             # an overrun's recovery started past the device's newest event (leadwire.hold): our
             # POLL got there before the device did; poll again now

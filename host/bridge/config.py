@@ -71,6 +71,9 @@ class PollConfig:
     frames: int = _setting(1, _P, (1, 32))
     # with frames > 1: the next POLL goes out from a burst's predicted end
     pipeline: bool = _setting(True, _P)
+    # with frames > 1: a RECOVERY answer goes on with the events from n0 in the same burst (a device
+    # of this release: docs/protocol.md 5), instead of a round trip later
+    follow: bool = _setting(True, _P)
     # on a UDP link that lost datagrams lately (auth off): every POLL twice; the device answers one
     copies: bool = _setting(True, _P)
     # ceiling of the retransmission timeout (RTO, rtt.py) and the RTO before a sample

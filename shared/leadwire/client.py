@@ -45,6 +45,15 @@
 # than polling from n0 - 1 and learning it is gone one round trip later. On a 60-slot ring filling
 # in 1.5 ms, with round trips of ~1 ms, the spec's n0 - 1 was almost always overwritten: every
 # overrun took three or four round trips of RECOVERY answers before an event came.
+#
+# Going on past a RECOVERY (opt-in: follow = True, burst POLLs only): the POLL asks the device to
+# go on with the events from n0 in the same burst (messages.POLL_FOLLOW). A RECOVERY that says so
+# (no F_LAST) is acted on as any (the same loss, exactly), but n goes to n0 - 1 with no skip and the
+# burst goes on: its EVENTS frames from n0 are taken as the answer to a POLL from n0 - 1 sent then,
+# a round trip before the client could have sent one (in which the ring may turn over again: the
+# chase above). burst_from is the fragment index of the first EVENTS frame (pipelining counts the
+# frames still due from it). If the RECOVERY is lost, its EVENTS are ahead of s(n): stale (held
+# by leadwire.hold), and the next POLL gets the RECOVERY again.
 from leadwire import messages, wire
 from leadwire.u32 import MASK, add, distance, le, lt, pred, succ
 
@@ -114,6 +123,8 @@ class PollClient:
         self.mispredicted = 0  # answers to a pipelined POLL that did not fit n: polled again
         self.repoll = False  # the outstanding pipelined POLL was answered stale: poll n again now
         self.burst_done = True  # no more answer frames are due for the outstanding request
+        self.follow = False  # burst POLLs ask the device to go on past a RECOVERY (from n0)
+        self.burst_from = 0  # fragment index of the first EVENTS frame of the burst
         self.hello_due = False  # the next request is a HELLO (see ask_hello)
         self._restart_seen = False  # a HELLO showed a new boot before its first RECOVERY
         self._chasing = 0  # overrun RECOVERYs in a row, no event between
@@ -137,6 +148,7 @@ class PollClient:
         self.prev_tag = self.tag if ahead is not None else -1  # its burst is still arriving
         self.tag = (self.tag + 1) & 0xFF
         self.burst_done = False
+        self.burst_from = 0
         if self.state == POLLING and not self.hello_due:
             self.max_frames = max_frames
             n = self.n
@@ -145,7 +157,8 @@ class PollClient:
                 self.pipelined += 1
             self.poll_n = n
             self.poll_pipelined = ahead is not None
-            return messages.poll_frame(n, max_events, max_bytes, self.tag, max_frames)
+            follow = self.follow and max_frames > 1
+            return messages.poll_frame(n, max_events, max_bytes, self.tag, max_frames, follow)
         self.max_frames = 1
         self.poll_n = self.n
         self.poll_pipelined = False
@@ -199,10 +212,10 @@ class PollClient:
                     self._mispredicted()
             elif frame.index >= self.max_frames - 1 or not self.backlog:
                 self.burst_done = True
-            elif self.pipeline and frame.index == 0 and not self.hello_due:
+            elif self.pipeline and frame.index == self.burst_from and not self.hello_due:
                 # the frames still due carry the backlog (same-size records): the burst ends at
                 # n + backlog; the caller may send the next POLL, from there, now
-                if self.backlog <= (self.max_frames - 1) * len(result[1]):
+                if self.backlog <= (self.max_frames - 1 - frame.index) * len(result[1]):
                     self.ahead = add(self.n, self.backlog)
                     self.burst_done = True
             return result
@@ -221,7 +234,11 @@ class PollClient:
             self._chasing = 0
             return (NOTHING, None)
         if t == wire.RECOVERY:
-            return self._recovery(frame)
+            result = self._recovery(frame)
+            if result[0] in (RECOVER, EVENTS) and self._follows(frame):
+                self.burst_done = False  # the burst goes on with the events from n0
+                self.burst_from = frame.index + 1
+            return result
         if t == wire.HELLO and frame.payload:
             return self._hello(messages.decode_hello(frame))
         return (OTHER, frame)
@@ -229,6 +246,11 @@ class PollClient:
     def _stale(self):
         self.stale += 1
         return (STALE, None)
+
+    def _follows(self, frame):
+        # a RECOVERY the device goes on from in the same burst: the events from n0 follow (we asked:
+        # follow, a burst POLL; and it says so: no F_LAST), so n goes to n0 - 1, no skip
+        return self.follow and self.max_frames > 1 and not frame.flags & wire.F_LAST
 
     def _events(self, frame):
         if self.state != POLLING or frame.seq != succ(self.n):
@@ -291,6 +313,8 @@ class PollClient:
         skip = held * min(self._chasing, 3) // 4
         if self.turnover > skip:
             skip = min(self.turnover, held * 3 // 4)  # gone before our POLL gets there (above)
+        if self._follows(frame):
+            skip = 0  # the events from n0 are on their way: nothing to chase
         loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip, skip)
         self._chasing += 1
         return (RECOVER, loss)

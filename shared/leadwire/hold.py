@@ -255,16 +255,18 @@ class HoldingPollClient(PollClient):
             return super()._recovery(frame)
         self._prove()  # n0 is past n: every event before it was generated
         self.consecutive_errors = 0
+        follows = self._follows(frame)  # the events from n0 come in this burst: no skip at all
         # held frames first: what they carry is in hand, whatever the ring overwrote since; only the
-        # gaps between them that end before n0 are gone (a gap reaching n0 the device still holds)
+        # gaps between them that end before n0 are gone (a gap reaching n0 the device still holds).
+        # When the events from n0 follow, only frames that end before n0 (the rest come again)
         client_n = self.n
-        out, gaps = self._take_held(n0) if self.held else (None, 0)
+        out, gaps = self._take_held(n0, follows) if self.held else (None, 0)
         start = succ(self.n)
         if out is not None and not lt(start, n0):
             # they reach what the device holds: the gaps are the loss, nothing restarts (unless the
             # ring will have turned over past their end before our next POLL lands: below)
             self._chasing = 0
-            skip = self._skip_after_held(frame.message_id, start, n0, n1)
+            skip = 0 if follows else self._skip_after_held(frame.message_id, start, n0, n1)
             if gaps:
                 self._gap_loss(client_n, n0, n1, gaps).ended = le(n1, self.n) or skip > 0
             if skip > 0:
@@ -285,6 +287,8 @@ class HoldingPollClient(PollClient):
                 # not onto n1 exactly: the whole ring skipped and nothing unproven, so a device that
                 # stopped there would not have it taken back (AHEAD, above): one past n1 instead
                 skip += 1
+        if follows:
+            skip = 0
         past = skip - held - 1 if skip > held + 1 else 0  # offsets after n1 skipped over
         if gaps:  # the gaps behind the held frames taken: a Loss of their own (closed), then this one
             self._gap_loss(client_n, n0, n1, gaps).ended = True
@@ -324,10 +328,11 @@ class HoldingPollClient(PollClient):
         self.gap_losses.append(loss)
         return loss
 
-    def _take_held(self, n0):
+    def _take_held(self, n0, follows=False):
         # The run of held frames from s(n) on whose gaps all end before n0 (gone from the ring): taken
         # (n moves to their end, `taken` lists them); returns (their events, the gaps' size), or
-        # (None, 0) when the first held frame's gap reaches into the ring.
+        # (None, 0) when the first held frame's gap reaches into the ring. follows: only frames
+        # that end before n0 (the burst brings the events from n0 again, from n0 - 1)
         held = self.held
         n = self.n
         for k in [k for k in held if le(k, n)]:
@@ -345,6 +350,9 @@ class HoldingPollClient(PollClient):
                 continue
             if k != succ(n) and lt(n0, k):
                 break  # the gap before it reaches into the ring: polled as usual
+            p = held[k].payload
+            if follows and (len(p) < wire.BATCH_HEAD or not lt(add(k, p[0] - 1), n0)):
+                break  # reaches n0: it comes again in the burst
             f = held.pop(k)
             backlog, recs = messages.decode_records(f.payload)
             if not recs:

@@ -5,8 +5,10 @@
 #            (u8 length + UTF-8): board id, firmware version, board kind; signed HELLOs end with
 #            the auth session K u32 (auth.py).  host->dev (signed): seq = the nonce H.
 #  POLL      seq = n (client offset); max_events u16, max_bytes u16 (payload budget of each answer
-#            frame)[, max_frames u8]: a burst -- up to max_frames EVENTS frames sent back to back,
-#            each going on from the last, numbered by the header's fragment index (default 1)
+#            frame)[, follow u1 << 7 | max_frames u7]: a burst -- up to max_frames (1..32) EVENTS
+#            frames sent back to back, each going on from the last, numbered by the header's
+#            fragment index (default 1); with follow set, a RECOVERY answer that leaves a frame of
+#            the burst goes without F_LAST and the burst goes on with the events from n0
 #  EVENTS    seq = offset of the first event (= s(n)); count u8, backlog u16 (events still queued
 #            after this batch, saturated), then count records: channel u8, length u16, data.
 #            Records hold consecutive offsets seq, s(seq), ...
@@ -162,12 +164,15 @@ def hello_request(tag=0):
 # -- POLL / answers ------------------------------------------------------------------------
 
 
-def poll_frame(n, max_events=1, max_bytes=wire.MAX_PAYLOAD, tag=0, max_frames=1):
+POLL_FOLLOW = const(0x80)  # in a POLL's max_frames byte: go on past a RECOVERY (ring.answer_into)
+
+
+def poll_frame(n, max_events=1, max_bytes=wire.MAX_PAYLOAD, tag=0, max_frames=1, follow=False):
     if not 1 <= max_frames <= wire.MAX_INDEX + 1:
         raise ValueError("max_frames must be 1..%d" % (wire.MAX_INDEX + 1))
     body = struct.pack(">HH", max_events, max_bytes)
-    if max_frames > 1:
-        body += bytes([max_frames])
+    if max_frames > 1 or follow:
+        body += bytes([max_frames | (POLL_FOLLOW if follow else 0)])
     return codec.Frame(wire.POLL, n, body, message_id=tag)
 
 
@@ -192,9 +197,15 @@ def poll_frames(frame):
     _need(len(frame.payload) in (4, 5), "poll length")
     if len(frame.payload) == 4:
         return 1
-    k = frame.payload[4]
+    k = frame.payload[4] & ~POLL_FOLLOW
     _need(1 <= k <= wire.MAX_INDEX + 1, "max_frames")
     return k
+
+
+def poll_follow(frame):
+    """Whether a POLL asks the device to go on past a RECOVERY in its burst (POLL_FOLLOW)."""
+    poll_frames(frame)  # validates the length and max_frames
+    return len(frame.payload) == 5 and bool(frame.payload[4] & POLL_FOLLOW)
 
 
 def recovery_frame(n0, n1, epoch=0, tag=0):

@@ -6,6 +6,9 @@
 #   case 2  event n is held and s(n) is not        -> NO_EVENT
 #   case 3  otherwise                              -> RECOVERY(n0, n1), the oldest and newest held,
 #                                                     with the boot epoch of this ring
+# A burst POLL may ask the device to go on past a RECOVERY (follow): the RECOVERY then goes without
+# F_LAST, and the burst goes on with the events from n0 (as if the client had polled n0 - 1: what
+# it would do next, a round trip later, when the ring may have turned over again).
 # An empty ring (just booted, nothing generated) answers NO_EVENT: it holds no n0..n1 to recover
 # to, and spec 004 notes a restart is only detectable once the server has generated an event.
 #
@@ -143,12 +146,16 @@ class EventRing:
             return EVENT
         return RECOVERY
 
-    def answer_into(self, buf, hi, lo, max_events, max_bytes, tag=0, index=0):
+    def answer_into(self, buf, hi, lo, max_events, max_bytes, tag=0, index=0, follow=0):
         """Write the complete answer frame to a poll with n = (hi, lo) into buf; return its size.
 
         tag is the poll's message id, echoed so the client can match answer to request; index
         numbers the frames of a burst answer (0 for the first). A burst goes on with
         (last_hi, last_lo) as the next n while backlog > 0.
+
+        follow (the POLL asked for it and the burst has a frame left): a RECOVERY goes without
+        F_LAST, with backlog = count and (last_hi, last_lo) = n0 - 1, so the burst goes on with
+        the events from n0.
 
         EVENTS carries up to max_events consecutive events from s(n) within max_bytes of payload
         (and the room in buf); at least one event always goes. Allocates nothing.
@@ -159,17 +166,24 @@ class EventRing:
             wire.put_header(buf, wire.NO_EVENT, wire.F_LAST, 0, 0, tag, index, 0, hi, lo)
             return wire.seal(buf, 0)
         if kind == RECOVERY:
-            return self._recovery_into(buf, tag, index)
+            return self._recovery_into(buf, tag, index, follow)
         return self._events_into(buf, hi, lo, max_events, max_bytes, tag, index)
 
-    def _recovery_into(self, buf, tag, index):
+    def _recovery_into(self, buf, tag, index, follow):
         back = self.count - 1
         olo = self._lo - back
         ohi = self._hi
         if olo < 0:
             olo += 0x10000
             ohi = (ohi - 1) & 0xFFFF
-        wire.put_header(buf, wire.RECOVERY, wire.F_LAST, 0, 0, tag, index, 8, ohi, olo)
+        if follow:
+            self.backlog = self.count  # the burst goes on from n0 - 1: all held
+            self.last_hi = ohi
+            self.last_lo = olo - 1
+            if olo == 0:
+                self.last_lo = 0xFFFF
+                self.last_hi = (ohi - 1) & 0xFFFF
+        wire.put_header(buf, wire.RECOVERY, 0 if follow else wire.F_LAST, 0, 0, tag, index, 8, ohi, olo)
         buf[10] = self._hi >> 8
         buf[11] = self._hi & 0xFF
         buf[12] = self._lo >> 8

@@ -1,7 +1,10 @@
 """Lossy links at the bench's top rungs in virtual time (tests/bridge/lossy_sim.py: Link with a device
 that takes time to answer): the client rules of issue 18's fourth round, each against the same seeds
 without it. Every run checks the exact accounting itself (every generated event stored once or
-counted lost; n past the device's newest only by the unproven events).
+counted lost; n past the device's newest only by the unproven events). The rules for overruns
+(skips past the turnover and past n1, held frames across an overrun, the third POLL) are tested
+with `follow=False`: a device that goes on past a RECOVERY (PollConfig.follow) needs no skip, and
+they still serve devices without it and one-frame gap repolls.
 """
 
 from __future__ import annotations
@@ -34,10 +37,10 @@ def test_a_ring_turning_over_faster_than_a_round_trip_is_read_past_its_newest(
     """256 B at 100,000/s into 60 slots (0.6 ms) with round trips of ~1 ms: the turnover skip capped
     at 3/4 of the held range always lands on overwritten events, the chase never ends and nothing
     is stored; started past n1 (leadwire.hold) the POLL lands inside the ring."""
-    now = [run(256, 60, 100_000, 0.0, seed=s, window=0.2) for s in SEEDS]
+    now = [run(256, 60, 100_000, 0.0, seed=s, window=0.2, follow=False) for s in SEEDS]
     with monkeypatch.context() as m:
         m.setattr(HoldingPollClient, "_recovery", core.PollClient._recovery)  # the 3/4 cap, no absorb
-        before = [run(256, 60, 100_000, 0.0, seed=s, window=0.2) for s in SEEDS]
+        before = [run(256, 60, 100_000, 0.0, seed=s, window=0.2, follow=False) for s in SEEDS]
     print("now", now, "\nbefore", before)
     assert mean(before, "ev_s") < 1_000 < 5_000 < mean(now, "ev_s")
     assert all(r["past_newest"] > 0 for r in now) and mean(now, "aheads") > 0  # the rule acted
@@ -47,10 +50,10 @@ def test_a_ring_turning_over_faster_than_a_round_trip_is_read_past_its_newest(
 def test_held_frames_are_taken_across_an_overrun(monkeypatch: pytest.MonkeyPatch) -> None:
     """A frame lost in a burst at a rate where the gap is overwritten before its repoll lands: the
     held frames after it are taken with only the gap counted lost, instead of restarting past n0."""
-    now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in SEEDS]
+    now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in SEEDS]
     with monkeypatch.context() as m:
-        m.setattr(HoldingPollClient, "_take_held", lambda self, n0: (None, 0))
-        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in SEEDS]
+        m.setattr(HoldingPollClient, "_take_held", lambda self, n0, follows=False: (None, 0))
+        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in SEEDS]
     print("now", now, "\nbefore", before)
     assert mean(now, "ev_s") > 1.1 * mean(before, "ev_s")
     assert all(r["absorbed"] > 0 for r in now) and all(r["absorbed"] == 0 for r in before)
@@ -63,10 +66,10 @@ def test_after_held_frames_the_poll_starts_past_the_turnover(monkeypatch: pytest
     past the turnover at once (leadwire.hold's _skip_after_held) instead of from their end (answered
     by another RECOVERY a round trip later): more events stored, fewer counted lost."""
     seeds = range(4)
-    now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in seeds]
+    now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in seeds]
     with monkeypatch.context() as m:
         m.setattr(HoldingPollClient, "_skip_after_held", lambda self, tag, start, n0, n1: 0)
-        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in seeds]
+        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in seeds]
     print("now", now, "\nbefore", before)
     assert all(r["turnover_skips"] > 0 for r in now) and all(r["turnover_skips"] == 0 for r in before)
     assert mean(now, "ev_s") > 1.04 * mean(before, "ev_s")
@@ -115,12 +118,12 @@ def test_the_turnover_skip_leans_long_within_the_ring(monkeypatch: pytest.Monkey
     with a quarter more (bclient.TURNOVER_SLACK) fewer chased overruns and more events stored. Past
     the ring (100,000/s) it is not applied: the same runs with or without it."""
     seeds = range(4)
-    now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in seeds]
-    fast = [run(256, 60, 100_000, 0.05, seed=s, window=0.1) for s in seeds[:2]]
+    now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in seeds]
+    fast = [run(256, 60, 100_000, 0.05, seed=s, window=0.1, follow=False) for s in seeds[:2]]
     with monkeypatch.context() as m:
         m.setattr(bclient, "TURNOVER_SLACK", 0.0)
-        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3) for s in seeds]
-        fast_before = [run(256, 60, 100_000, 0.05, seed=s, window=0.1) for s in seeds[:2]]
+        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in seeds]
+        fast_before = [run(256, 60, 100_000, 0.05, seed=s, window=0.1, follow=False) for s in seeds[:2]]
     print("now", now, "\nbefore", before)
     assert mean(now, "chased") < 0.9 * mean(before, "chased")
     assert mean(now, "ev_s") > 1.02 * mean(before, "ev_s")
@@ -147,10 +150,10 @@ def test_a_third_poll_keeps_the_device_busy_across_an_early_gap(monkeypatch: pyt
     after the gap's answer: the device is not left a round trip without a request, and fewer of the
     overruns that followed such a gap happen."""
     seeds = range(4)
-    now = [run(64, 264, 150_000, 0.01, seed=s, window=0.3) for s in seeds]
+    now = [run(64, 264, 150_000, 0.01, seed=s, window=0.3, follow=False) for s in seeds]
     with monkeypatch.context() as m:
         m.setattr(bclient.DeviceClient, "_third_poll", lambda self, f: False)
-        before = [run(64, 264, 150_000, 0.01, seed=s, window=0.3) for s in seeds]
+        before = [run(64, 264, 150_000, 0.01, seed=s, window=0.3, follow=False) for s in seeds]
     print("now", now, "\nbefore", before)
     assert all(r["third_polls"] > 0 for r in now) and all(r["third_polls"] == 0 for r in before)
     assert mean(now, "lost") < 0.8 * mean(before, "lost")
@@ -164,7 +167,7 @@ def test_a_device_that_stops_after_a_skip_past_its_newest_gets_its_ring_read() -
     loop."""
     taken_back = 0
     for seed in range(3):
-        r = run(256, 60, 100_000, 0.0, seed=seed, window=0.1, idle=0.5)
+        r = run(256, 60, 100_000, 0.0, seed=seed, window=0.1, follow=False, idle=0.5)
         assert r["unproven_end"] == 0  # n back at the newest
         assert r["past_newest"] > 0
         assert r["idle_polls"] <= 0.5 / 0.05 + 10
@@ -182,11 +185,12 @@ def test_a_device_that_stops_after_a_skip_past_its_newest_gets_its_ring_read() -
     rate=st.sampled_from([5_000, 40_000, 150_000]),
     loss=st.sampled_from([0.0, 0.01, 0.05, 0.2]),
     owd=st.sampled_from([0.00015, 0.0004, 0.001]),
+    follow=st.booleans(),
 )
 def test_property_every_event_stored_once_or_counted_lost(
-    seed: int, size: int, ring: int, rate: int, loss: float, owd: float
+    seed: int, size: int, ring: int, rate: int, loss: float, owd: float, follow: bool
 ) -> None:
-    run(size, ring, rate, loss, seed=seed, window=0.05, owd=owd, jitter=owd / 2)
+    run(size, ring, rate, loss, seed=seed, window=0.05, owd=owd, jitter=owd / 2, follow=follow)
 
 
 def test_loss_rows_each_cover_what_they_count_from_client_n_on(monkeypatch: pytest.MonkeyPatch) -> None:

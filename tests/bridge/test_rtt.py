@@ -222,16 +222,17 @@ class Link:
     reorder=st.sampled_from([0.0, 0.1]),
     spike=st.sampled_from([0.0, 0.02]),
     frames=st.sampled_from([1, 4]),
+    follow=st.booleans(),  # with frames 4: RECOVERY answers go on from n0 (PollConfig.follow)
     rate=st.integers(0, 12),  # events written per 1 ms step (from ~4: pipelined, and gap repolls with a
     # second POLL in flight, leadwire.hold; from ~8 the 24-slot ring overruns: turnover skips)
 )
 def test_property_rto_samples_exact_and_every_event_stored_once_or_counted_lost(
-    seed: int, loss: float, dup: float, reorder: float, spike: float, frames: int, rate: int
+    seed: int, loss: float, dup: float, reorder: float, spike: float, frames: int, follow: bool, rate: int
 ) -> None:
     rng = random.Random(seed)
     core = SimCore(0, capacity=24, start=rng.randrange(2**32))
     poll = PollConfig(batch=8, frames=frames, pipeline=True, timeout=0.1, interval=0.002,
-                      interval_min=0.0, interval_max=0.01, rto_min=0.001)  # fmt: skip
+                      interval_min=0.0, interval_max=0.01, rto_min=0.001, follow=follow)  # fmt: skip
     cl = DeviceClient(1, DeviceConfig("dev", "udp"), poll)
     samples: list[float] = []
     orig = cl.rtt.sample

@@ -39,10 +39,12 @@ class Device:
         n, me, mb = messages.decode_poll(req)
         hi, lo = n >> 16, n & 0xFFFF
         out = []
-        for i in range(messages.poll_frames(req)):
-            size = self.ring.answer_into(self.buf, hi, lo, me, mb, req.message_id, i)
+        k = messages.poll_frames(req)
+        follow = messages.poll_follow(req)
+        for i in range(k):
+            size = self.ring.answer_into(self.buf, hi, lo, me, mb, req.message_id, i, follow and i + 1 < k)
             out.append(codec.decode(bytes(self.buf[:size])))
-            if out[-1].type != wire.EVENTS or not self.ring.backlog:
+            if out[-1].type not in (wire.EVENTS, wire.RECOVERY) or not self.ring.backlog:
                 break
             hi, lo = self.ring.last_hi, self.ring.last_lo
         return out
@@ -98,6 +100,57 @@ def test_overrun_is_counted_exactly_in_one_round_trip() -> None:
     _, evs = exchange(cl, dev)
     assert [o for o, _, _ in evs] == [7, 8, 9, 10] and loss.ended and loss.recovered == 4
     assert cl.received + cl.lost == len(dev.generated)
+
+
+def test_a_recovery_that_goes_on_from_n0_costs_no_round_trip_and_no_skip() -> None:
+    """follow: the burst POLL asks the device to go on past a RECOVERY; the RECOVERY (no F_LAST)
+    is counted as any, but n goes to n0 - 1 whatever the turnover hint, and the same burst brings
+    the events from n0: the overrun of test_overrun_is_counted_exactly_in_one_round_trip, with
+    the events in the same answer."""
+    dev = Device(capacity=4, start=0xFFFFFFFE)  # across the 2^32 wrap
+    dev.emit(2)
+    cl = c.PollClient()
+    cl.follow = True
+    for _ in range(3):
+        exchange(cl, dev)  # HELLO, first contact, EVENTS 0xFFFFFFFE, 0xFFFFFFFF
+    dev.emit(11)  # offsets 0..10; the ring keeps 7..10
+    cl.turnover = 3  # would skip 3 past n0 without follow (test_turnover_hint_...)
+    req = cl.next_request(max_events=2, max_frames=4)
+    assert req.payload[4] == 4 | messages.POLL_FOLLOW and messages.poll_follow(req)
+    rec, e1, e2 = dev.burst(req)
+    assert rec.type == wire.RECOVERY and not rec.flags & wire.F_LAST and (e1.index, e1.seq) == (1, 7)
+    kind, loss = cl.on_frame(rec)
+    assert kind == c.RECOVER and (loss.lost, loss.skipped, cl.n) == (7, 0, 6)
+    assert not cl.burst_done and cl.burst_from == 1
+    assert [o for o, _, _ in cl.on_frame(e1)[1]] == [7, 8] and not cl.burst_done
+    assert [o for o, _, _ in cl.on_frame(e2)[1]] == [9, 10] and cl.burst_done
+    assert loss.ended and loss.recovered == 4 and cl.received + cl.lost == len(dev.generated)
+    # not asked for (one frame, or follow off): the RECOVERY is the whole answer, as spec 004 has it
+    dev.emit(9)
+    (only,) = dev.burst(cl.next_request(max_events=2, max_frames=1))
+    assert only.type == wire.RECOVERY and only.flags & wire.F_LAST
+    kind, loss = cl.on_frame(only)
+    assert kind == c.RECOVER and cl.burst_done and loss.skipped == 2  # the hint, capped at 3/4 of 3
+
+
+def test_a_pipelined_poll_goes_out_from_the_first_events_frame_after_a_recovery() -> None:
+    dev = Device(capacity=8, start=100)
+    dev.emit(1)
+    cl = c.PollClient()
+    cl.follow = cl.pipeline = True
+    for _ in range(3):
+        exchange(cl, dev)  # HELLO, first contact, the event 100
+    dev.emit(20)  # 101..120; the ring keeps 113..120
+    frames = dev.burst(cl.next_request(max_events=2, max_frames=8))
+    assert [f.type for f in frames] == [wire.RECOVERY] + [wire.EVENTS] * 4
+    assert cl.on_frame(frames[0])[0] == c.RECOVER and cl.ahead is None
+    cl.on_frame(frames[1])  # 113, 114; backlog 6, which the 6 frames still due carry
+    assert cl.n == 114 and cl.ahead == 120 and cl.burst_done
+    nxt = cl.next_request(max_events=2, max_frames=8)
+    assert nxt.seq == 120 and cl.prev_tag == frames[0].message_id
+    for f in frames[2:]:
+        assert cl.on_frame(f)[0] == c.EVENTS  # the rest of the burst, under the previous tag
+    assert cl.n == 120 and cl.received + cl.lost == len(dev.generated)
 
 
 def test_restart_detected_by_the_recovery_epoch() -> None:

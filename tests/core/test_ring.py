@@ -124,6 +124,25 @@ def test_answer_into_reports_where_a_burst_goes_on() -> None:
     assert r.backlog == 0
 
 
+def test_a_recovery_asked_to_go_on_leaves_the_burst_at_n0_minus_1() -> None:
+    r = EventRing(4, start=0xFFFF0000 - 6, slot_size=4)  # n0 - 1 crosses a 16-bit half
+    for _ in range(10):
+        r.write(b"ab")  # 0xFFFEFFFA..0xFFFF0003; held 0xFFFF0000..0xFFFF0003
+    buf = bytearray(256)
+    size = r.answer_into(buf, 0, 5, 3, 2047, 7, 0, 1)
+    f = codec.decode(bytes(buf[:size]))
+    assert (f.type, f.flags, f.seq, messages.decode_recovery(f)) == (
+        wire.RECOVERY, 0, 0xFFFF0000, (0xFFFF0000, 0xFFFF0003))  # fmt: skip
+    assert (r.last_hi << 16 | r.last_lo, r.backlog) == (0xFFFEFFFF, 4)
+    size = r.answer_into(buf, r.last_hi, r.last_lo, 3, 2047, 7, 1)
+    f = codec.decode(bytes(buf[:size]))
+    assert (f.type, f.index, f.seq) == (wire.EVENTS, 1, 0xFFFF0000)
+    assert len(messages.decode_records(f.payload)[1]) == 3
+    size = r.answer_into(buf, 0, 5, 3, 2047, 7, 0)  # not asked: the whole answer
+    f = codec.decode(bytes(buf[:size]))
+    assert f.type == wire.RECOVERY and f.flags == wire.F_LAST and r.backlog == 0
+
+
 def test_answer_into_recovery_and_no_event_frames() -> None:
     r = EventRing(4, start=100)
     for _ in range(10):

@@ -47,8 +47,8 @@ def verdict(data: bytes, udp: bool = True) -> str:
     t = data[0] & 0x1F
     if t == wire.POLL and n == 16:
         return "poll"
-    if t == wire.POLL and n == 17 and 1 <= data[14] <= wire.MAX_INDEX + 1:
-        return "poll"  # a burst POLL (max_frames 1..32)
+    if t == wire.POLL and n == 17 and 1 <= data[14] & 0x7F <= wire.MAX_INDEX + 1:
+        return "poll"  # a burst POLL (max_frames 1..32; the top bit: go on past a RECOVERY)
     if t == wire.HELLO and n == wire.OVERHEAD:
         return "hello"
     if t == wire.ACK and n == 14:

@@ -308,7 +308,8 @@ def _canonical(name: str, frame: Frame, got: object) -> bool:
         return messages.hello_frame(got).payload == p  # type: ignore[arg-type]
     if name == "poll":
         k = messages.poll_frames(frame)  # a burst's max_frames; 5 bytes with k = 1 is the 4-byte form
-        enc = messages.poll_frame(*got, max_frames=k).payload  # type: ignore[misc]
+        follow = messages.poll_follow(frame)  # (the byte's top bit: go on past a RECOVERY)
+        enc = messages.poll_frame(*got, max_frames=k, follow=follow).payload  # type: ignore[misc]
         return p in (enc, enc + b"\x01")
     if name == "ack":
         return messages.ack_frame(*got).payload == p  # type: ignore[misc]

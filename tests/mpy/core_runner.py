@@ -413,6 +413,33 @@ def test_alloc_burst_answer():
     eq((st[0], st[1]), (ring._hi, (ring._lo - 80) & 0xFFFF), "still 80 behind, as at the start")
 
 
+def test_alloc_recovery_going_on():
+    # an overrun answered RECOVERY with follow (the burst goes on from n0 - 1: last_hi/last_lo and
+    # backlog set on halves), then EVENTS from n0, across the 16-bit half: 0 bytes
+    p = _Poller(16, 64, 1412, 0x3FFFFFF0)
+    ring = p.ring
+    buf = p.buf
+    st = [0, 0]
+
+    def step():
+        for _ in range(40):
+            p.write()  # the host's 0, 0 is far behind: every poll is a RECOVERY
+        hi = 0
+        lo = 0
+        for i in range(4):
+            ring.answer_into(buf, hi, lo, 20, 1400, 9, i, i + 1 < 4)
+            if buf[0] & 0x1F == 3:
+                st[0] += buf[10]
+            hi = ring.last_hi
+            lo = ring.last_lo
+            if not ring.backlog:
+                break
+        st[1] += 1
+
+    _steady(step, 200)
+    eq(st[0], 16 * 401, "events carried after the RECOVERYs")
+
+
 def test_write_samples_equals_writes():
     # the native batch write (the sensor's samples) against one bytecode write() per event: the
     # same store bytes and offsets, across the slot wrap, the 2^16 half and an overrun
