@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 
+from leadwire import codec, wire
 from leadwire.bridge import client as bclient
 from leadwire.bridge.client import DeviceClient
 from leadwire.bridge.config import DeviceConfig, PollConfig
 from leadwire.hold import HoldingPollClient
 from leadwire.tools.simdevice import SimCore
 
+from .helpers import make_client
 from .lossy_sim import drain_and_account
 from .test_rtt import Link
 
@@ -107,3 +109,29 @@ def test_a_recovery_that_goes_on_from_n0_stores_more_with_the_same_exact_count()
     # (6 seeds: stored 21,075 -> 28,281 in the window, counted lost 14,680 -> 7,935 of 38,400)
     assert sum(r["stored"] for r in on) > 1.25 * sum(r["stored"] for r in off)
     assert sum(r["lost"] for r in on) < 0.6 * sum(r["lost"] for r in off)
+
+
+def test_a_late_answer_to_a_request_sent_again_does_not_arm_the_tail_loss_probe() -> None:
+    """A frame past s(n) arms the tail-loss probe only from the burst asked for last (or the
+    pipelined one before it): there it shows a datagram lost. A late answer to a request that
+    timed out and went again (a RECOVERY going on from n0, its EVENTS all past s(n)) shows a slow
+    device, not a lossy link: on a clean loaded link such answers armed the probe, whose short
+    wait then fired spuriously (256 B at 100,000/s, no loss: 98-109 timeouts per 5 s, 23-31
+    without them)."""
+    core = SimCore(0, capacity=8, start=1000)
+    cl, core, d = make_client(core=core, poll=PollConfig(batch=2, frames=4, follow=True))
+    core.write_events(3)
+    d.run(4)  # HELLO, first contact, events
+    assert cl.pc.n == core.ring.newest() and cl._loss_send < 0
+    core.write_events(20)  # the ring overruns: a RECOVERY going on from n0
+    d.exchange(hold=True)  # its answer is late
+    late = d.held
+    assert [codec.decode(x).type for x in late] == [wire.RECOVERY, wire.EVENTS, wire.EVENTS, wire.EVENTS]
+    cl.on_transport_error()
+    retry = cl.request_bytes(d.t)  # the same n, a new tag
+    for x in late:
+        d.feed(x)  # stale: its tag is not the outstanding request's
+    assert cl._loss_send < 0 and cl.pc.n == 1002
+    answers = core.handle(retry, d.t)  # the retry's answer: its RECOVERY lost
+    d.feed(answers[1])  # an EVENTS frame of the burst asked for last, past s(n): a datagram lost
+    assert cl._loss_send == cl.rtt.sends
