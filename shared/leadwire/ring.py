@@ -19,7 +19,8 @@
 # Allocation on the device (checked with heap_lock and gc.mem_alloc on the unix port):
 #   write(), answer_into()         0 bytes: offsets are kept as 16-bit halves (_hi, _lo), so no int
 #                                  reaches 2^30, the small-int limit of 32-bit ports.
-#   append(), poll(), newest, ...  build ints >= 2^30 and tuples: host/test conveniences.
+#   append(), newest()             build ints >= 2^30: host/test conveniences. The answers as tuples
+#                                  (poll, poll_batch) are in ring_host.py: a board loads none of it.
 from leadwire import wire
 from leadwire._compat import const, random_u32
 from leadwire.bufcopy import copy_into
@@ -250,45 +251,7 @@ class EventRing:
         """Offset of the newest event (or s^-1(start) before the first one)."""
         return (self._hi << 16) | self._lo
 
-    def oldest(self):
-        return (self.newest() - max(self.count, 1) + 1) & 0xFFFFFFFF
-
     def append(self, payload, channel=0):
         """Append and return the event's offset (an int: allocates above 2^30 on 32-bit ports)."""
         self.write(payload, channel)
         return self.newest()
-
-    def _event_at(self, back):
-        # the event `back` places before the newest: (channel, payload)
-        slot = (self._head - back) % self.capacity
-        p = slot * self._stride
-        n = (self._store[p + 1] << 8) | self._store[p + 2]
-        return self._store[p], bytes(self._store[p + RECORD_HEAD : p + RECORD_HEAD + n])
-
-    def poll(self, n):
-        """(EVENT, offset, payload) | (NO_EVENT, n) | (RECOVERY, n0, n1) for a poll with offset n."""
-        answer = self.poll_batch(n, 1)
-        if answer[0] != EVENT:
-            return answer
-        return (EVENT, answer[1], answer[2][0][1])
-
-    def poll_batch(self, n, max_events=MAX_BATCH, max_bytes=wire.MAX_PAYLOAD):
-        """Like poll, but case 1 answers (EVENT, first_offset, [(channel, payload), ...])."""
-        n &= 0xFFFFFFFF
-        kind = self._classify(n >> 16, n & 0xFFFF)
-        if kind == NO_EVENT:
-            return (NO_EVENT, n)
-        if kind == RECOVERY:
-            return (RECOVERY, self.oldest(), self.newest())
-        out = []  # type: list[tuple[int, bytes]]
-        used = BATCH_HEAD
-        back = self._d - 1
-        while back >= 0 and len(out) < min(max_events, MAX_BATCH):
-            ch, data = self._event_at(back)
-            size = RECORD_HEAD + len(data)
-            if out and used + size > min(max_bytes, wire.MAX_PAYLOAD):
-                break
-            out.append((ch, data))
-            used += size
-            back -= 1
-        return (EVENT, (n + 1) & 0xFFFFFFFF, out)

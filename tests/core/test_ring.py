@@ -9,23 +9,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leadwire import codec, messages, wire
-from leadwire.ring import EVENT, NO_EVENT, RECOVERY, EventRing
+from leadwire.ring import EVENT, NO_EVENT, RECOVERY
+from leadwire.ring_host import HostRing
 
 TOP = 0xFFFFFFFF
 
 
 def test_first_offset_is_start_and_successors_follow() -> None:
-    r = EventRing(4, start=10)
+    r = HostRing(4, start=10)
     assert [r.append(b"x") for _ in range(3)] == [10, 11, 12]
 
 
 def test_random_start_offsets_differ_between_boots() -> None:
-    starts = {EventRing(4).append(b"x") for _ in range(20)}
+    starts = {HostRing(4).append(b"x") for _ in range(20)}
     assert len(starts) > 15  # 20 draws from 2^32: a collision is ~5e-8 likely
 
 
 def test_case_1_event_s_n() -> None:
-    r = EventRing(4, start=10)
+    r = HostRing(4, start=10)
     for p in (b"a", b"b", b"c"):
         r.append(p)
     assert r.poll(9) == (EVENT, 10, b"a")
@@ -34,13 +35,13 @@ def test_case_1_event_s_n() -> None:
 
 
 def test_case_2_newest_gives_no_event() -> None:
-    r = EventRing(4, start=10)
+    r = HostRing(4, start=10)
     r.append(b"a")
     assert r.poll(10) == (NO_EVENT, 10)
 
 
 def test_case_3_recovery_after_overrun_with_exact_range() -> None:
-    r = EventRing(4, start=100)
+    r = HostRing(4, start=100)
     for i in range(10):  # offsets 100..109, ring keeps 106..109
         r.append(bytes([i]))
     assert r.poll(101) == (RECOVERY, 106, 109)
@@ -51,26 +52,26 @@ def test_case_3_recovery_after_overrun_with_exact_range() -> None:
 
 
 def test_case_3_for_offsets_ahead_of_the_newest() -> None:
-    r = EventRing(4, start=100)
+    r = HostRing(4, start=100)
     r.append(b"a")
     assert r.poll(500) == (RECOVERY, 100, 100)
 
 
 def test_empty_ring_answers_no_event() -> None:
     """Just booted: nothing to recover to (documented in ring.py and docs/protocol.md)."""
-    r = EventRing(4, start=77)
+    r = HostRing(4, start=77)
     assert r.poll(0) == (NO_EVENT, 0)
     assert r.poll(76) == (NO_EVENT, 76)
 
 
 def test_client_offset_zero_before_any_event_gets_recovery() -> None:
-    r = EventRing(8, start=1000)
+    r = HostRing(8, start=1000)
     r.append(b"a")
     assert r.poll(0) == (RECOVERY, 1000, 1000)
 
 
 def test_wrap_from_2_32_minus_1_to_0() -> None:
-    r = EventRing(4, start=TOP - 1)
+    r = HostRing(4, start=TOP - 1)
     assert [r.append(bytes([i])) for i in range(4)] == [TOP - 1, TOP, 0, 1]
     assert r.poll(TOP - 2) == (EVENT, TOP - 1, b"\x00")
     assert r.poll(TOP) == (EVENT, 0, b"\x02")
@@ -81,7 +82,7 @@ def test_wrap_from_2_32_minus_1_to_0() -> None:
 
 
 def test_batch_by_count_and_bytes() -> None:
-    r = EventRing(16, start=0, slot_size=10)
+    r = HostRing(16, start=0, slot_size=10)
     for i in range(10):
         r.append(bytes([i]) * 10, channel=i % 2)
     kind, first, recs = r.poll_batch(2, max_events=3)
@@ -94,7 +95,7 @@ def test_batch_by_count_and_bytes() -> None:
 
 
 def test_answer_into_matches_poll_batch_and_reports_backlog() -> None:
-    r = EventRing(16, start=TOP - 3, slot_size=8)
+    r = HostRing(16, start=TOP - 3, slot_size=8)
     for i in range(12):
         r.write(bytes([i, i]), i % 3)
     buf = bytearray(wire.OVERHEAD + 2047)
@@ -109,7 +110,7 @@ def test_answer_into_matches_poll_batch_and_reports_backlog() -> None:
 
 
 def test_answer_into_reports_where_a_burst_goes_on() -> None:
-    r = EventRing(16, start=0xFFFFFFFE, slot_size=4)
+    r = HostRing(16, start=0xFFFFFFFE, slot_size=4)
     for _ in range(10):
         r.write(b"ab")
     buf = bytearray(256)
@@ -125,7 +126,7 @@ def test_answer_into_reports_where_a_burst_goes_on() -> None:
 
 
 def test_a_recovery_asked_to_go_on_leaves_the_burst_at_n0_minus_1() -> None:
-    r = EventRing(4, start=0xFFFF0000 - 6, slot_size=4)  # n0 - 1 crosses a 16-bit half
+    r = HostRing(4, start=0xFFFF0000 - 6, slot_size=4)  # n0 - 1 crosses a 16-bit half
     for _ in range(10):
         r.write(b"ab")  # 0xFFFEFFFA..0xFFFF0003; held 0xFFFF0000..0xFFFF0003
     buf = bytearray(256)
@@ -144,7 +145,7 @@ def test_a_recovery_asked_to_go_on_leaves_the_burst_at_n0_minus_1() -> None:
 
 
 def test_answer_into_recovery_and_no_event_frames() -> None:
-    r = EventRing(4, start=100)
+    r = HostRing(4, start=100)
     for _ in range(10):
         r.write(b"x")
     buf = bytearray(64)
@@ -156,10 +157,10 @@ def test_answer_into_recovery_and_no_event_frames() -> None:
 
 def test_bad_construction_and_oversize_event() -> None:
     with pytest.raises(ValueError):
-        EventRing(0)
+        HostRing(0)
     with pytest.raises(ValueError):
-        EventRing(65536)
-    r = EventRing(2, slot_size=4)
+        HostRing(65536)
+    r = HostRing(2, slot_size=4)
     with pytest.raises(ValueError):
         r.write(b"12345")
 
@@ -173,7 +174,7 @@ def test_bad_construction_and_oversize_event() -> None:
 )
 def test_poll_matches_reference_model(capacity: int, start: int, appends: int, probe: int) -> None:
     """poll() agrees with a plain list model of the spec 004 table, across the wrap."""
-    r = EventRing(capacity, start=start, slot_size=2)
+    r = HostRing(capacity, start=start, slot_size=2)
     held: list[tuple[int, bytes]] = []
     for i in range(appends):
         off = r.append(bytes([i % 256]))
@@ -192,7 +193,7 @@ def test_poll_matches_reference_model(capacity: int, start: int, appends: int, p
 def test_hot_path_never_builds_ints_of_2_30_or_more() -> None:
     """32-bit ports box ints >= 2^30 (a heap allocation). Trace every local and attribute the hot
     path touches while offsets run across the 2^32 wrap: all must stay below 2^30."""
-    r = EventRing(8, start=TOP - 5, slot_size=4)
+    r = HostRing(8, start=TOP - 5, slot_size=4)
     buf = bytearray(128)
     seen: list[int] = []
     hot = {"write", "_classify", "answer_into", "_events_into", "_recovery_into", "put_header", "seal"}
@@ -220,7 +221,7 @@ def test_hot_path_never_builds_ints_of_2_30_or_more() -> None:
     assert r.newest() == (TOP - 5 + 20 - 1) & TOP
 
 
-def _by_writes(r: EventRing, payload: bytes, channel: int, n: int, count: int, number: int) -> None:
+def _by_writes(r: HostRing, payload: bytes, channel: int, n: int, count: int, number: int) -> None:
     data = bytearray(payload)
     for i in range(count):
         data[0] = ((number + i) >> 8) & 0xFF
@@ -228,7 +229,7 @@ def _by_writes(r: EventRing, payload: bytes, channel: int, n: int, count: int, n
         r.write(data, channel, n)
 
 
-def _state(r: EventRing) -> tuple[object, ...]:
+def _state(r: HostRing) -> tuple[object, ...]:
     return (bytes(r._store), r._head, r._hi, r._lo, r.count, r.overwritten, r.newest(), r.oldest())
 
 
@@ -247,8 +248,8 @@ def test_write_samples_equals_one_write_per_event(
     # the sensor's batch write leaves the ring byte for byte as `count` write() calls would: store,
     # offsets (across the 2^16 half and 2^32 wraps), count, overwritten; and answers the same
     payload = bytes(range(0x40, 0x46))
-    a = EventRing(capacity, start, 6)
-    b = EventRing(capacity, start, 6)
+    a = HostRing(capacity, start, 6)
+    b = HostRing(capacity, start, 6)
     for r in (a, b):
         for _ in range(before):
             r.write(b"zz", 3)
@@ -267,7 +268,7 @@ def test_write_samples_equals_one_write_per_event(
 
 
 def test_write_samples_saturates_overwritten() -> None:
-    r = EventRing(4, 0, 4)
+    r = HostRing(4, 0, 4)
     r.overwritten = 0x3FFFFFFF - 3
     for i in range(5):
         r.write_samples(b"abcd", 1, 4, 4, 4 * i)

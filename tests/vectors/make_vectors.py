@@ -18,7 +18,7 @@ from cobs import cobs
 
 from leadwire import auth, auth_host, codec, frames, messages, wire
 from leadwire.lead import LeadTracker
-from leadwire.ring import EventRing
+from leadwire.ring_host import HostRing
 
 HERE = Path(__file__).parent
 crc = crcmod.predefined.mkCrcFun("crc-ccitt-false")
@@ -116,7 +116,7 @@ def ring_vectors() -> list[dict]:
         ("empty", 4, 7, 0, 8),
         ("single", 1, 0, 3, 4),
     ]:
-        r = EventRing(cap, start=start, slot_size=slot)
+        r = HostRing(cap, start=start, slot_size=slot)
         appends = []
         for i in range(n_events):
             data = bytes([i]) * (i % (slot + 1))

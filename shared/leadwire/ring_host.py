@@ -1,0 +1,47 @@
+# The event ring's answers as tuples (spec 004's three cases): a host-side view for tests and the
+# golden vectors (tests/vectors/make_vectors.py), never loaded on a board. Kept out of ring.py,
+# whose every line of code is board heap: these four methods were 704 B of the unix port's 64 KB
+# heap (tests/firmware/test_auth_cost.py), and no board calls them. Allocates freely.
+from leadwire import wire
+from leadwire.ring import EVENT, NO_EVENT, RECOVERY, EventRing
+from leadwire.wire import BATCH_HEAD, MAX_BATCH, RECORD_HEAD
+
+
+class HostRing(EventRing):
+    def oldest(self):
+        return (self.newest() - max(self.count, 1) + 1) & 0xFFFFFFFF
+
+    def _event_at(self, back):
+        # the event `back` places before the newest: (channel, payload)
+        slot = (self._head - back) % self.capacity
+        p = slot * self._stride
+        n = (self._store[p + 1] << 8) | self._store[p + 2]
+        return self._store[p], bytes(self._store[p + RECORD_HEAD : p + RECORD_HEAD + n])
+
+    def poll(self, n):
+        """(EVENT, offset, payload) | (NO_EVENT, n) | (RECOVERY, n0, n1) for a poll with offset n."""
+        answer = self.poll_batch(n, 1)
+        if answer[0] != EVENT:
+            return answer
+        return (EVENT, answer[1], answer[2][0][1])
+
+    def poll_batch(self, n, max_events=MAX_BATCH, max_bytes=wire.MAX_PAYLOAD):
+        """Like poll, but case 1 answers (EVENT, first_offset, [(channel, payload), ...])."""
+        n &= 0xFFFFFFFF
+        kind = self._classify(n >> 16, n & 0xFFFF)
+        if kind == NO_EVENT:
+            return (NO_EVENT, n)
+        if kind == RECOVERY:
+            return (RECOVERY, self.oldest(), self.newest())
+        out = []  # type: list[tuple[int, bytes]]
+        used = BATCH_HEAD
+        back = self._d - 1
+        while back >= 0 and len(out) < min(max_events, MAX_BATCH):
+            ch, data = self._event_at(back)
+            size = RECORD_HEAD + len(data)
+            if out and used + size > min(max_bytes, wire.MAX_PAYLOAD):
+                break
+            out.append((ch, data))
+            used += size
+            back -= 1
+        return (EVENT, (n + 1) & 0xFFFFFFFF, out)
