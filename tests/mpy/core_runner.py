@@ -157,6 +157,33 @@ def test_ring_vectors():
             eq(hexlify(buf[:size]).decode(), p["answer"], "%s poll %d" % (sc["name"], n))
 
 
+def test_ring_burst_vectors():
+    # as the firmware's burst loop: follow only while a frame of the burst is left
+    from leadwire.ring import EventRing
+
+    buf = bytearray(wire.OVERHEAD + 2047)
+    for v in load("ring_bursts.json"):
+        r = EventRing(v["capacity"], v["start"], v["slot_size"])
+        for a in v["appends"]:
+            r.write(h(a["data"]), a["channel"])
+        n = v["n"]
+        k = v["max_frames"]
+        eq(h(v["poll"])[14], k | (0x80 if v["follow"] else 0), "%s poll's max_frames byte" % v["name"])
+        hi = n >> 16
+        lo = n & 0xFFFF
+        got = []
+        me = v["max_events"]
+        mb = v["max_bytes"]
+        for i in range(k):
+            size = r.answer_into(buf, hi, lo, me, mb, 0, i, v["follow"] and i + 1 < k)
+            got.append(hexlify(buf[:size]).decode())
+            if not r.backlog:
+                break
+            hi = r.last_hi
+            lo = r.last_lo
+        eq(got, v["answers"], "%s burst %d follow %s" % (v["name"], n, v["follow"]))
+
+
 def test_lead_vectors():
     from leadwire.lead import LeadTracker
 

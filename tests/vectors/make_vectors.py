@@ -152,6 +152,44 @@ def ring_vectors() -> list[dict]:
     return scenarios
 
 
+def ring_burst_vectors() -> list[dict]:
+    """Burst answers (docs/protocol.md 4.2) as the reference device sends them, one per line: up to
+    max_frames frames, each from the last offset of the one before while the ring holds more; with
+    follow a RECOVERY that leaves a frame goes without F_LAST and the burst goes on from n0 - 1
+    (section 5). ring.json's scenarios, each with a poll answered RECOVERY (follow off and on) and
+    one answered EVENTS (follow on: the same burst as without)."""
+    out = []
+    buf = bytearray(wire.OVERHEAD + 2047)
+    for sc in ring_vectors():
+        r = HostRing(sc["capacity"], start=sc["start"], slot_size=sc["slot_size"])
+        for a in sc["appends"]:
+            r.write(bytes.fromhex(a["data"]), a["channel"])
+        kinds = {}
+        for p in sc["polls"]:
+            kinds.setdefault(int(p["answer"][:2], 16) & 0x1F, p["n"])
+        cases = []
+        if wire.RECOVERY in kinds:
+            cases += [(kinds[wire.RECOVERY], False), (kinds[wire.RECOVERY], True)]
+        if wire.EVENTS in kinds:
+            cases.append((kinds[wire.EVENTS], True))
+        for n, follow in cases:
+            k = 4
+            frames = []
+            hi, lo = n >> 16, n & 0xFFFF
+            for i in range(k):
+                size = r.answer_into(buf, hi, lo, 3, 2047, 0, i, follow and i + 1 < k)
+                frames.append(bytes(buf[:size]).hex())
+                if not r.backlog:
+                    break
+                hi, lo = r.last_hi, r.last_lo
+            poll = codec.encode(messages.poll_frame(n, 3, 2047, 0, k, follow)).hex()
+            out.append({"name": sc["name"], "capacity": sc["capacity"], "start": sc["start"],
+                        "slot_size": sc["slot_size"], "appends": sc["appends"], "n": n, "max_events": 3,
+                        "max_bytes": 2047, "max_frames": k, "follow": follow, "poll": poll,
+                        "answers": frames})  # fmt: skip
+    return out
+
+
 def lead_vectors() -> list[dict]:
     # spec 000's worked examples (messages 10..14), as arrival orders
     cases = {
@@ -295,6 +333,7 @@ ALL = {
     "frames.json": frame_vectors,
     "bad_frames.json": bad_frame_vectors,
     "ring.json": ring_vectors,
+    "ring_bursts.json": ring_burst_vectors,
     "lead.json": lead_vectors,
     "frame_queue.json": queue_vectors,
     "auth.json": auth_vectors,
