@@ -45,6 +45,7 @@ from leadwire import auth, codec, framing, messages, wire
 from leadwire.frames import FrameQueue
 from leadwire.reports import ReportSequence
 from leadwire.ring import EventRing
+from leadwire.ring_host import HostRing
 
 EVENT = struct.Struct(">QII")  # generation time us, device index, event number in this boot
 
@@ -101,7 +102,7 @@ class SimCore:
         self.epoch = self.rng.getrandbits(32)
         first = self.rng.getrandbits(32) if start is None else start & 0xFFFFFFFF
         self.start = first
-        self.ring = EventRing(self.capacity, first, self.slot_size, epoch=self.epoch)
+        self.ring = HostRing(self.capacity, first, self.slot_size, epoch=self.epoch)
         self.last_poll = -1  # messages.poll_key of the last POLL answered (none after a boot)
         self.generated = 0  # events written in this boot
         self.sessions: dict[int, ReportSequence] = {}
@@ -182,18 +183,9 @@ class SimCore:
                     self.copies += 1  # a copy of the POLL just answered: not answered twice
                     return []
                 self.last_poll = key
-                buf = bytearray(wire.OVERHEAD + wire.MAX_PAYLOAD)
-                hi, lo = n >> 16, n & 0xFFFF
-                answers = []
-                k = messages.poll_frames(f)
-                follow = messages.poll_follow(f)
-                for i in range(k):  # a burst: frames going on from each other
-                    size = self.ring.answer_into(buf, hi, lo, me, mb, f.message_id, i, follow and i + 1 < k)
-                    answers.append(bytes(buf[:size]))
-                    if wire.frame_type(buf) not in (wire.EVENTS, wire.RECOVERY) or not self.ring.backlog:
-                        break  # (a RECOVERY has a backlog only when the burst goes on from n0)
-                    hi, lo = self.ring.last_hi, self.ring.last_lo
-                return answers
+                return self.ring.burst(
+                    n, me, mb, f.message_id, messages.poll_frames(f), messages.poll_follow(f)
+                )
             if t == wire.HELLO and not f.payload:
                 self.last_poll = -1  # a client (re)starting: its POLLs are new, whatever their tags
                 return [self.hello(f.message_id)]

@@ -761,10 +761,12 @@ class DeviceClient:
         False then, the burst's EVENTS frames end it."""
         pc = self.pc
         self.dirty = True
-        if kind == core.RECOVER and not pc.burst_done:
+        if kind == core.RECOVER:
             self._saw_newest(data.n1, now_s)
             self._on_loss(data, old_epoch, rx_us)
-            return False
+            self.next_delay = 0.0
+            if not pc.burst_done:
+                return False  # the events from n0 follow in this burst
         self.outstanding = 0
         self.dc["round_trips"] += 1
         if kind == AHEAD:
@@ -787,10 +789,6 @@ class DeviceClient:
             # events (counted since that POLL went out) are what this answer tells, not "idle"
             got = self._burst_events if pc.poll_pipelined else 0
             self._adapt(now_s, got, 0, full=False)
-        elif kind == core.RECOVER:
-            self._saw_newest(data.n1, now_s)
-            self._on_loss(data, old_epoch, rx_us)
-            self.next_delay = 0.0
         elif kind == core.HELLO:
             self._on_hello(data, old_epoch, now_s, rx_us)
             self.next_delay = 0.0

@@ -1,5 +1,6 @@
-# The event ring's answers as tuples (spec 004's three cases): a host-side view for tests and the
-# golden vectors (tests/vectors/make_vectors.py), never loaded on a board. Kept out of ring.py,
+# The event ring's answers as tuples (spec 004's three cases), and a POLL's whole burst as the
+# firmware sends it (burst): a host-side view for the simulated devices (tools/simdevice.py), tests
+# and the golden vectors (tests/vectors/make_vectors.py), never loaded on a board. Kept out of ring.py,
 # whose every line of code is board heap: these four methods were 704 B of the unix port's 64 KB
 # heap (tests/firmware/test_auth_cost.py), and no board calls them. Allocates freely.
 from leadwire import wire
@@ -45,3 +46,18 @@ class HostRing(EventRing):
             used += size
             back -= 1
         return (EVENT, (n + 1) & 0xFFFFFFFF, out)
+
+    def burst(self, n, max_events, max_bytes, tag=0, max_frames=1, follow=False):
+        """The frames answering POLL(n) (docs/protocol.md 4.2), as firmware/lwagent.py sends them:
+        up to max_frames, each from the last offset of the one before while the ring holds more;
+        with follow a RECOVERY that leaves a frame goes on from n0 - 1 (section 5)."""
+        buf = bytearray(wire.OVERHEAD + wire.MAX_PAYLOAD)
+        hi, lo = n >> 16, n & 0xFFFF
+        out = []
+        for i in range(max_frames):
+            size = self.answer_into(buf, hi, lo, max_events, max_bytes, tag, i, follow and i + 1 < max_frames)
+            out.append(bytes(buf[:size]))
+            if not self.backlog:  # 0 unless EVENTS, or a RECOVERY going on (follow)
+                break
+            hi, lo = self.last_hi, self.last_lo
+        return out

@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from leadwire import client as c
 from leadwire import codec, messages, wire
 from leadwire.hold import HoldingPollClient
-from leadwire.ring import EventRing
+from leadwire.ring_host import HostRing
 
 
 class Device:
-    """An EventRing answering frames as the firmware does (answer_into), plus HELLO."""
+    """A ring answering frames as the firmware does (answer_into, HostRing.burst), plus HELLO."""
 
     def __init__(self, capacity: int = 8, start: int | None = None, epoch: int = 1) -> None:
-        self.ring = EventRing(capacity, start=start, slot_size=8, epoch=epoch)
+        self.ring = HostRing(capacity, start=start, slot_size=8, epoch=epoch)
         self.epoch = epoch
         self.buf = bytearray(wire.OVERHEAD + 2047)
         self.generated: list[int] = []
@@ -37,17 +37,8 @@ class Device:
     def burst(self, req: codec.Frame) -> list[codec.Frame]:
         """Answer a POLL with up to max_frames frames, as the firmware does."""
         n, me, mb = messages.decode_poll(req)
-        hi, lo = n >> 16, n & 0xFFFF
-        out = []
-        k = messages.poll_frames(req)
-        follow = messages.poll_follow(req)
-        for i in range(k):
-            size = self.ring.answer_into(self.buf, hi, lo, me, mb, req.message_id, i, follow and i + 1 < k)
-            out.append(codec.decode(bytes(self.buf[:size])))
-            if out[-1].type not in (wire.EVENTS, wire.RECOVERY) or not self.ring.backlog:
-                break
-            hi, lo = self.ring.last_hi, self.ring.last_lo
-        return out
+        k, follow = messages.poll_frames(req), messages.poll_follow(req)
+        return [codec.decode(b) for b in self.ring.burst(n, me, mb, req.message_id, k, follow)]
 
 
 def exchange(cl: c.PollClient, dev: Device, max_events: int = 255) -> tuple[str, object]:

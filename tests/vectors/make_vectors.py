@@ -159,7 +159,6 @@ def ring_burst_vectors() -> list[dict]:
     (section 5). ring.json's scenarios, each with a poll answered RECOVERY (follow off and on) and
     one answered EVENTS (follow on: the same burst as without)."""
     out = []
-    buf = bytearray(wire.OVERHEAD + 2047)
     for sc in ring_vectors():
         r = HostRing(sc["capacity"], start=sc["start"], slot_size=sc["slot_size"])
         for a in sc["appends"]:
@@ -174,14 +173,7 @@ def ring_burst_vectors() -> list[dict]:
             cases.append((kinds[wire.EVENTS], True))
         for n, follow in cases:
             k = 4
-            frames = []
-            hi, lo = n >> 16, n & 0xFFFF
-            for i in range(k):
-                size = r.answer_into(buf, hi, lo, 3, 2047, 0, i, follow and i + 1 < k)
-                frames.append(bytes(buf[:size]).hex())
-                if not r.backlog:
-                    break
-                hi, lo = r.last_hi, r.last_lo
+            frames = [f.hex() for f in r.burst(n, 3, 2047, 0, k, follow)]
             poll = codec.encode(messages.poll_frame(n, 3, 2047, 0, k, follow)).hex()
             out.append({"name": sc["name"], "capacity": sc["capacity"], "start": sc["start"],
                         "slot_size": sc["slot_size"], "appends": sc["appends"], "n": n, "max_events": 3,
