@@ -39,17 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+from goodput_bench import bridge_doc, run_bridge  # bench/ is the script's directory: on sys.path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "bench" / "peer_mqtt")]
-
-from goodput_bench import bridge_doc, run_bridge  # noqa: E402
-
-from leadwire import codec, framing, messages, wire  # noqa: E402
-from leadwire.tools.board import PicoBoard, pico_missing  # noqa: E402
-from tests.firmware.authclient import AuthClient  # noqa: E402
-from tests.hil.client import SerialLink  # noqa: E402
-from tests.hil.pico import RawRepl, configure, flashed_pico  # noqa: E402
+from leadwire import codec, framing, messages, wire
+from leadwire.tools.authclient import AuthClient
+from leadwire.tools.board import PicoBoard, pico_missing
+from leadwire.tools.picohil import RawRepl, configure, flashed_pico
+from leadwire.tools.wireclient import SerialLink
 
 HZ = 125_000_000  # the RPI_PICO build's clk_sys
 FRAME = 2059  # serial frame size for the goodput runs: the link's largest (wire.MAX_FRAME)

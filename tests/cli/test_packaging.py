@@ -58,8 +58,7 @@ def test_a_virtual_board_runs_from_the_installed_wheel(tmp_path: Path) -> None:
     import sysconfig
 
     from leadwire import messages, wire
-
-    from ..hil.client import Client, UdpLink
+    from leadwire.tools.wireclient import Client, UdpLink
 
     wheel = _wheel(tmp_path, 120)
     venv = tmp_path / "venv"

@@ -38,8 +38,7 @@ from leadwire.client import PollClient
 from leadwire.tools.board import free_udp_port, start_board
 from leadwire.tools.firmware_build import build, tool
 from leadwire.tools.procstat import cpu_seconds
-
-from ..hil.client import Client, SerialLink, UdpLink
+from leadwire.tools.wireclient import Client, SerialLink, UdpLink
 
 HERE = Path(__file__).resolve().parent
 ANSWERS = [wire.HELLO, wire.EVENTS, wire.NO_EVENT, wire.RECOVERY]

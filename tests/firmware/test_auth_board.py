@@ -1,5 +1,5 @@
 """Authentication on real virtual boards (issue 6): the firmware on MicroPython, driven by a small
-CPython client whose end of the link is the core's auth_host.HostEndpoint(key) (authclient.py).
+CPython client whose end of the link is the core's auth_host.HostEndpoint(key) (tools/authclient.py).
 
 Host -> device: forged, wrong-key, unsigned, replayed (poll, SUBSCRIBE, ACK: the same bytes sent
 again), old-session and old-boot frames are refused, not answered, and counted in the board's
@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from leadwire import auth, auth_host, codec, messages, wire
+from leadwire.tools.authclient import POLL_ANSWERS, AuthClient
 from leadwire.tools.board import BoardError, start_board
-
-from ..hil.client import SerialLink, UdpLink
-from .authclient import POLL_ANSWERS, AuthClient
+from leadwire.tools.wireclient import SerialLink, UdpLink
 
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(90)]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..hil.client import Client, SerialLink, UdpLink
+from leadwire.tools.wireclient import Client, SerialLink, UdpLink
 
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(60)]
 
@@ -53,7 +53,7 @@ def test_board_prints_json_and_dies_with_its_pid(transport: str, tmp_path: Path)
 
 
 def test_board_key_auto_prints_the_key_once_and_signs(tmp_path: Path) -> None:
-    from .authclient import AuthClient
+    from leadwire.tools.authclient import AuthClient
 
     p = subprocess.Popen(
         [sys.executable, "-m", "leadwire.cli", "board", "--dir", str(tmp_path), "--key", "auto"],

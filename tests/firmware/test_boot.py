@@ -12,8 +12,8 @@ import pytest
 
 from leadwire.tools.board import BoardError, start_board
 from leadwire.tools.firmware_build import build
+from leadwire.tools.wireclient import Client, SerialLink, UdpLink
 
-from ..hil.client import Client, SerialLink, UdpLink
 from ..mpy.conftest import mpy_cross
 
 HERE = Path(__file__).resolve().parent

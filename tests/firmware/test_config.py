@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from leadwire.tools.board import BoardError, start_board
-
-from ..hil.client import Client, UdpLink
+from leadwire.tools.wireclient import Client, UdpLink
 
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(60)]
 

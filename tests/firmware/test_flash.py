@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from leadwire.tools.authclient import AuthClient
 from leadwire.tools.board import start_board
 from leadwire.tools.flash import flash
-
-from ..hil.client import UdpLink
-from .authclient import AuthClient
+from leadwire.tools.wireclient import UdpLink
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(120)]

@@ -16,9 +16,9 @@ import pytest
 from leadwire import framing, messages, wire
 from leadwire.tools.board import start_board
 from leadwire.tools.firmware_build import build
+from leadwire.tools.wireclient import Client, SerialLink
 from leadwire.u32 import add
 
-from ..hil.client import Client, SerialLink
 from ..hil.test_hil import first_range
 from ..mpy.conftest import mpy_cross
 

@@ -15,9 +15,9 @@ import pytest
 from leadwire import messages
 from leadwire.tools.board import BoardError, start_board
 from leadwire.tools.firmware_build import build
+from leadwire.tools.wireclient import Client, SerialLink, UdpLink
 from leadwire.u32 import add
 
-from ..hil.client import Client, SerialLink, UdpLink
 from ..hil.test_hil import catch_up, first_range
 from ..mpy.conftest import mpy_cross
 from .test_serial_only import PICO_HEAP, pico_dir

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from leadwire import codec, framing, messages, wire
+from leadwire.tools.authclient import POLL_ANSWERS, AuthClient
 from leadwire.tools.board import start_board
+from leadwire.tools.wireclient import SerialLink, UdpLink
 
-from ..firmware.authclient import POLL_ANSWERS, AuthClient
-from ..hil.client import SerialLink, UdpLink
 from .boardfuzz import (
     MAX_DATAGRAM,
     SERIAL_CAP,

@@ -10,7 +10,7 @@ A real board must have been flashed with the suite's config (`leadwire flash --c
 tests/hil/board_config.json`): tests that need another config, or a power cycle without
 --board-reset, skip on real hardware.
 
-The emulated Pico (tests/hil/pico.py) needs the RPI_PICO UF2, the RP2040 boot ROM and tools/pico's
+The emulated Pico (tools/picohil.py) needs the RPI_PICO UF2, the RP2040 boot ROM and tools/pico's
 npm packages; without them its tests skip naming what to get. `pico-udp` always skips: no Wi-Fi.
 """
 
@@ -28,9 +28,8 @@ from typing import Any
 import pytest
 
 from leadwire.tools.board import PicoBoard, VirtualBoard, pico_missing, start_board
-
-from .client import Client, SerialLink, UdpLink
-from .pico import NO_WIFI, configure, flashed_pico
+from leadwire.tools.picohil import NO_WIFI, configure, flashed_pico
+from leadwire.tools.wireclient import Client, SerialLink, UdpLink
 
 HERE = Path(__file__).resolve().parent
 # tests that take 15-50 s each on the emulated Pico: run with LEADWIRE_PICO_FULL=1 (make test keeps

@@ -12,9 +12,9 @@ import pytest
 from leadwire import messages, wire
 from leadwire.client import EVENTS, RECOVER, PollClient
 from leadwire.codec import Frame
+from leadwire.tools.wireclient import Client
 from leadwire.u32 import add
 
-from .client import Client
 from .conftest import Dut
 from .test_hil import Open, first_range
 

@@ -11,9 +11,9 @@ import pytest
 from leadwire import codec, messages, wire
 from leadwire.client import PollClient
 from leadwire.codec import Frame
+from leadwire.tools.wireclient import Client, SerialLink
 from leadwire.u32 import add, distance
 
-from .client import Client, SerialLink
 from .conftest import Dut
 
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(60)]

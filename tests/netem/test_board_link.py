@@ -88,8 +88,8 @@ def test_serial_board_through_the_pty_proxy(serial_board: VirtualBoard) -> None:
 def test_udp_board_with_auth_answers_a_duplicated_poll_once_and_counts_the_copy() -> None:
     """Authentication (issue 6) under duplication: the copy of a signed POLL is a replay, refused and
     counted; the board's answers, duplicated on the way back, are each taken once by the host."""
-    from ..firmware.authclient import AuthClient
-    from ..hil.client import UdpLink
+    from leadwire.tools.authclient import AuthClient
+    from leadwire.tools.wireclient import UdpLink
 
     with start_board("udp", key="auto", config={"sensors": [], "health": {"ms": 200}}) as b:
         assert b.address is not None and b.key is not None

@@ -21,7 +21,7 @@ import tty
 from pathlib import Path
 from typing import Any
 
-from leadwire.tools.board import PicoBoard, start_pico
+from .board import PicoBoard, start_pico
 
 NO_WIFI = "UDP needs Wi-Fi: the emulated Pico has no CYW43 radio (rp2040js does not model it)"
 

@@ -12,7 +12,7 @@ import time
 from leadwire import auth, auth_host, codec, messages, wire
 from leadwire.codec import Frame
 
-from ..hil.client import Link
+from .wireclient import Link
 
 POLL_ANSWERS = (wire.EVENTS, wire.NO_EVENT, wire.RECOVERY)
 
