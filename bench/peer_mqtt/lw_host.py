@@ -22,6 +22,7 @@ import click
 
 from leadwire import messages
 from leadwire.bridge import logs
+from leadwire.bridge.accounting import Ledger, check_store
 from leadwire.bridge.config import parse
 from leadwire.bridge.daemon import Bridge
 from leadwire.bridge.store_reader import StoreReader
@@ -167,34 +168,23 @@ def account(store: str) -> dict[str, Any]:
 def _account(db: StoreReader) -> dict[str, Any]:
     epochs = db.boot_epochs()
     out: dict[str, Any] = {"epochs": len(epochs)}
-    # ring offsets of the one boot, in arrival order: the range they span, unwrapped mod 2^32
     offs = [o for o, _ in db.events_by_arrival()]
     if not offs:
         return out | {"events": 0}
     first = offs[0]
-    span = max(((o - first) & 0xFFFFFFFF) for o in offs) + 1
+    # the one accounting check (leadwire.bridge.accounting), the store its own witness: every offset
+    # from the first contact's n0 to the newest stored or counted is stored once or in a loss row
+    led = Ledger()
+    for d in db.devices():
+        led.add(check_store(db, d.dev))
     out["events_all_channels"] = len(offs)
-    out["offset_span"] = span
-    # losses the bridge counted after the first stored event (first contact is before it): a loss
-    # covers offsets client_n + 1 .. client_n + lost; the last one may reach past the last event
-    # stored (the run stopped during its recovery), so the span is extended to cover it
-    counted = 0
-    unknown = 0
+    out["offset_span"] = led.generated
+    out["counted_lost"] = led.lost
+    out["unknown_losses"] = sum(1 for x in db.losses() if x.lost is None and x.cause != "first_contact")
+    out["silent_lost"] = led.silent  # offsets neither stored nor counted as lost
+    out["accounting_ok"] = led.ok
+    out["ledger"] = led.line()
     losses = db.losses()
-    for loss in losses:
-        if loss.cause == "first_contact":
-            continue
-        if loss.lost is None:
-            unknown += 1
-            continue
-        start = (loss.client_n + 1 - first) & 0xFFFFFFFF
-        if start < 0x80000000:
-            counted += loss.lost
-            span = max(span, start + loss.lost)
-    out["offset_span"] = span
-    out["counted_lost"] = counted
-    out["unknown_losses"] = unknown
-    out["silent_lost"] = span - len(offs) - counted  # offsets neither stored nor counted as lost
     # channel 1 only: the sample numbers (u16, wrapping) are an independent check
     rows = [(((o - first) & 0xFFFFFFFF), d) for o, d in db.events_by_arrival(CH)]
     rows.sort()

@@ -39,7 +39,7 @@
 # MicroPython has no room for the extra code, and no board needs it.
 from leadwire import messages, wire
 from leadwire.client import EVENTS, OVERRUN, POLLING, RECOVER, STALE, Loss, PollClient
-from leadwire.u32 import add, distance, le, lt, succ
+from leadwire.u32 import add, distance, le, lt, pred, succ
 
 AHEAD = "ahead"  # on_frame() result: a RECOVERY says the device has not reached n yet; data: its n1
 
@@ -259,8 +259,7 @@ class HoldingPollClient(PollClient):
         # held frames first: what they carry is in hand, whatever the ring overwrote since; only the
         # gaps between them that end before n0 are gone (a gap reaching n0 the device still holds).
         # When the events from n0 follow, only frames that end before n0 (the rest come again)
-        client_n = self.n
-        out, gaps = self._take_held(n0, follows) if self.held else (None, 0)
+        out, gaps = self._take_held(n0, follows) if self.held else (None, None)
         start = succ(self.n)
         if out is not None and not lt(start, n0):
             # they reach what the device holds: the gaps are the loss, nothing restarts (unless the
@@ -268,7 +267,7 @@ class HoldingPollClient(PollClient):
             self._chasing = 0
             skip = 0 if follows else self._skip_after_held(frame.message_id, start, n0, n1)
             if gaps:
-                self._gap_loss(client_n, n0, n1, gaps).ended = le(n1, self.n) or skip > 0
+                self._gap_loss(n0, n1, gaps).ended = le(n1, self.n) or skip > 0
             if skip > 0:
                 loss = self._begin(OVERRUN, n0, n1, skip, distance(start, n0) + skip)  # n: start + skip - 1
                 loss.skipped = skip
@@ -290,8 +289,8 @@ class HoldingPollClient(PollClient):
         if follows:
             skip = 0
         past = skip - held - 1 if skip > held + 1 else 0  # offsets after n1 skipped over
-        if gaps:  # the gaps behind the held frames taken: a Loss of their own (closed), then this one
-            self._gap_loss(client_n, n0, n1, gaps).ended = True
+        if gaps:  # the gaps behind the held frames taken: Losses of their own (closed), then this one
+            self._gap_loss(n0, n1, gaps).ended = True
         loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip - past, skip)
         loss.skipped = skip - past
         self.unproven = past
@@ -317,28 +316,34 @@ class HoldingPollClient(PollClient):
             return 0
         return min(self.turnover - distance(start, n0), distance(n1, start) * 3 // 4)
 
-    def _gap_loss(self, client_n, n0, n1, gaps):
-        # the Loss of the gaps behind held frames an overrun RECOVERY took: offsets client_n + 1 on,
-        # `gaps` of them between the frames (not one run: the frames' events are stored)
+    def _gap_loss(self, n0, n1, gaps):
+        # the Losses of the gaps behind held frames an overrun RECOVERY took: one per gap, so that
+        # every Loss covers one run of offsets, client_n + 1 .. client_n + lost (the frames between
+        # the gaps are stored). gaps: [(first offset, count)] in order; returns the last Loss (all
+        # but it ended). One recovery, however many gaps.
         if self.loss is not None:
             self.loss.ended = True
-        loss = self.loss = Loss(OVERRUN, client_n, n0, n1, self.epoch, gaps)
+        loss = None
+        for first, k in gaps:
+            if loss is not None:
+                loss.ended = True
+            loss = self.loss = Loss(OVERRUN, pred(first), n0, n1, self.epoch, k)
+            self.lost += k
+            self.gap_losses.append(loss)
         self.recoveries += 1
-        self.lost += gaps
-        self.gap_losses.append(loss)
         return loss
 
     def _take_held(self, n0, follows=False):
         # The run of held frames from s(n) on whose gaps all end before n0 (gone from the ring): taken
-        # (n moves to their end, `taken` lists them); returns (their events, the gaps' size), or
-        # (None, 0) when the first held frame's gap reaches into the ring. follows: only frames
-        # that end before n0 (the burst brings the events from n0 again, from n0 - 1)
+        # (n moves to their end, `taken` lists them); returns (their events, the gaps as [(first
+        # offset, count)]), or (None, []) when the first held frame's gap reaches into the ring.
+        # follows: only frames that end before n0 (the burst brings the events from n0 again)
         held = self.held
         n = self.n
         for k in [k for k in held if le(k, n)]:
             del held[k]
         out = None
-        gaps = 0
+        gaps = []
         taken = []
         while held:
             k = None
@@ -357,7 +362,8 @@ class HoldingPollClient(PollClient):
             backlog, recs = messages.decode_records(f.payload)
             if not recs:
                 break
-            gaps += distance(k, succ(n))
+            if k != succ(n):
+                gaps.append((succ(n), distance(k, succ(n))))
             evs = [((k + i) & 0xFFFFFFFF, r[0], r[1]) for i, r in enumerate(recs)]
             n = add(k, len(recs) - 1)
             self.n = n
