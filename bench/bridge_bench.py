@@ -20,8 +20,13 @@ Phases (one run, one machine):
    events; the bridge polls them (adaptive, up to 2,047-byte answers = 30 events) and commits.
    Events committed per second, p50/p99 of (commit time - generation time carried in each event),
    the CPU of the bridge process and of the simulator process.
-4. Fleet at 10 Hz: 1,000 devices polled every 100 ms (adaptive polling off): polls per second per
-   device achieved, timeouts, p99 latency, bridge and simulator CPU.
+4. Fleet at a fixed rate (bench/fleet_shards.py): 1,000 devices polled every 100 ms (adaptive
+   polling off) by ``--fleet-shards`` bridge processes; with ``--goal`` also 10,000 devices at 2 Hz
+   over ``--goal-shards`` processes. Requests per device per second, how many devices' mean interval
+   is off by more than 10% and p99 over 1.5x, timeouts, silent offsets in the stores, and the CPU
+   per round trip and per event of the bridge, its store writer and the simulators (process CPU
+   seconds: far less at the mercy of other load than wall time). ``--before REF`` runs every fleet
+   with REF's bridge code too, back to back, and prints the ratios.
 5. Adaptive polling, in virtual time (sans-I/O client + simulated ring, deterministic): bursty
    traffic against fixed intervals and against the adaptive policy: polls sent and events lost.
 6. Durable ACKs (issue 16, ``--only durable``): the live ingest of 3. with push sessions beside it
@@ -61,6 +66,10 @@ from leadwire.bridge.writer import StoreProcess
 from leadwire.tools.fleetsim import Fleet
 from leadwire.tools.procstat import cpu_seconds
 from leadwire.tools.simdevice import SimCore, SimFleet, VirtualRing, raise_nofile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fleet_shards  # bench/ is not a package
+import peer_mqtt_bench as pmb
 
 ROW_BATCH = 10_000
 PAYLOAD = 64  # bytes per event: 16 (generation time, device, number) + 48 of padding
@@ -771,64 +780,76 @@ def ingest_ratios(ingest: Ingest, writers: list[str], res: dict[str, Any]) -> No
 
 
 def fleet_phase(tmp: Path, args: SimpleNamespace, writers: list[str], res: dict[str, Any]) -> None:
-    """The 10 Hz fleet: fixed 100 ms polling of many slow devices, per writer."""
-    fleet_runs: dict[str, list[dict[str, Any]]] = {}
-    for _ in range(args.repeat):
-        for writer in writers:
-            with Fleet(
-                args.fleet_devices,
-                args.fleet_rate,
-                capacity=1024,
-                payload=PAYLOAD,
-                auth=not args.fleet_no_auth,
-            ) as fleet:
-                polling = {
-                    "adaptive": False,
-                    "interval": 0.1,
-                    "interval_min": 0.1,
-                    "interval_max": 0.1,
-                    "batch": 64,
-                    "timeout": 0.5,
-                }
-                r = asyncio.run(
-                    live(tmp, "fleet", fleet, polling, 3.0, args.seconds, args.fleet_commit, writer)
-                )
-            fleet_runs.setdefault(writer, []).append(r)
-            print(
-                "  10 Hz run (writer %s): %.2f Hz/device, CPU bridge %.0f%% + writer %.0f%%, load %s"
-                % (
-                    writer,
-                    r["polls_per_device_per_s"],
-                    r["bridge_cpu_percent"],
-                    r["writer_cpu_percent"],
-                    loadavg(),
-                ),
-                flush=True,
-            )
-    res["fleet_10hz"] = fleet_runs
-    print(
-        "10 Hz fleet (%s): %d devices x %.0f ev/s, fixed 100 ms:"
-        % ("unsigned" if args.fleet_no_auth else "signed", args.fleet_devices, args.fleet_rate)
-    )
-    for writer, fl in fleet_runs.items():
-        print(
-            "  writer %-7s %s polls/s per device (%s answers/s), timeouts %s, %s events/s; p99 %s ms"
-            " generation -> commit; CPU: bridge %s%% + writer %s%%, simulator %s%%; round trips per"
-            " bridge CPU-second %s"
-            % (
-                writer,
-                show(fl, "polls_per_device_per_s", "%.2f"),
-                show(fl, "round_trips_per_s"),
-                show(fl, "timeouts"),
-                show(fl, "events_per_s"),
-                show(fl, "latency_p99_ms", "%.1f"),
-                show(fl, "bridge_cpu_percent"),
-                show(fl, "writer_cpu_percent"),
-                show(fl, "sim_cpu_percent"),
-                show(fl, "round_trips_per_bridge_cpu_s"),
-            ),
-            flush=True,
-        )
+    """Fixed-rate polling of many slow devices (bench/fleet_shards.py): the 1,000-device fleet at
+    10 Hz and, with --goal, 10,000 devices at 2 Hz over --goal-shards bridge processes; every run
+    with each writer and, with --before, with that ref's bridge code back to back (paired: the load
+    of a shared machine drifts)."""
+    codes: list[str | None] = [None]
+    if args.before:
+        codes = [pmb.before_tree(args.before, tmp / "before"), None]
+    sizes = [(args.fleet_devices, args.fleet_hz, args.fleet_rate, args.fleet_shards)]
+    if args.goal:
+        sizes.append((args.goal_devices, args.goal_hz, args.goal_rate, args.goal_shards))
+    runs: list[dict[str, Any]] = []
+    for devices, hz, rate, shards in sizes:
+        for i in range(args.repeat):
+            for writer in writers:
+                for code in codes if i % 2 == 0 else codes[::-1]:
+                    r = fleet_shards.run(tmp, devices, hz, rate, shards, writer, code, 3.0, args.seconds,
+                                         args.fleet_commit, auth=not args.fleet_no_auth)  # fmt: skip
+                    r["load"] = loadavg()
+                    r["rate"] = rate
+                    runs.append(r)
+                    print(fleet_line(r), flush=True)
+    res["fleet"] = runs
+    fleet_summary(runs, args)
+
+
+def fleet_line(r: dict[str, Any]) -> str:
+    return (
+        "  %s %5d devices x %g Hz (%g ev/s each), %d shard(s), writer %-7s: %.2f polls/s per device"
+        " (%.0f round trips/s), timeouts %d, silent %d; devices off: mean >10%% %d, p99 >1.5x %d (p99"
+        " median %.2fx, worst %.2fx); CPU us per round trip: bridge %.1f + writer %.1f, simulator %.1f;"
+        " per event: bridge %.1f + writer %.1f; CPU bridge %.0f%% writer %.0f%% sim %.0f%%; load %s"
+        % (r["code"], r["devices"], r["hz"], r["rate"], r["shards"], r["writer"], r["polls_per_device_per_s"],
+           r["round_trips_per_s"], r["timeouts"], r["silent"], r["devices_mean_off_10pct"],
+           r["devices_p99_off_1_5x"], r["median_p99_ratio"], r["worst_p99_ratio"], r["bridge_cpu_us_per_rt"],
+           r["writer_cpu_us_per_rt"], r["sim_cpu_us_per_rt"], r["bridge_cpu_us_per_event"],
+           r["writer_cpu_us_per_event"], r["bridge_cpu_percent"], r["writer_cpu_percent"],
+           r["sim_cpu_percent"], r["load"])
+    )  # fmt: skip
+
+
+def fleet_summary(runs: list[dict[str, Any]], args: SimpleNamespace) -> None:
+    """Medians per (fleet size, writer, code); this tree's CPU per round trip over --before's; what
+    the goal (goal devices x goal Hz) costs in cores at these figures."""
+    groups: dict[tuple[int, float, int, str], dict[str, list[dict[str, Any]]]] = {}
+    for r in runs:
+        groups.setdefault((r["devices"], r["hz"], r["shards"], r["writer"]), {}).setdefault(
+            r["code"], []
+        ).append(r)
+    print("fleet (%s), medians:" % ("unsigned" if args.fleet_no_auth else "signed"))
+    for (devices, hz, shards, writer), by in groups.items():
+        for code, rs in by.items():
+            print("  %-6s %5d x %g Hz, %d shard(s), writer %-7s: %s polls/s per device, CPU us per round"
+                  " trip: bridge %s + writer %s, simulator %s; silent %d"
+                  % (code, devices, hz, shards, writer, show(rs, "polls_per_device_per_s", "%.2f"),
+                     show(rs, "bridge_cpu_us_per_rt", "%.1f"), show(rs, "writer_cpu_us_per_rt", "%.1f"),
+                     show(rs, "sim_cpu_us_per_rt", "%.1f"), sum(r["silent"] for r in rs)))  # fmt: skip
+        if "before" in by and "now" in by:
+            pairs = list(zip(by["now"], by["before"], strict=True))
+            for key in ("bridge_cpu_us_per_rt", "writer_cpu_us_per_rt"):
+                ratio = statistics.median([a[key] / max(1e-9, b[key]) for a, b in pairs])
+                print("  ratio now / before, %s: %.2f" % (key, ratio))
+    rt_s = args.goal_devices * args.goal_hz
+    for (devices, hz, _, writer), by in groups.items():
+        rs = by.get("now", [])
+        if not rs:
+            continue
+        us = med(rs, "bridge_cpu_us_per_rt") + med(rs, "writer_cpu_us_per_rt") + med(rs, "sim_cpu_us_per_rt")
+        print("  the goal at these figures (%d x %g Hz, writer %s): %d round trips/s x %.1f us (bridge +"
+              " writer + simulator) = %.2f cores of 2"
+              % (devices, hz, writer, rt_s, us, rt_s * us / 1e6))  # fmt: skip
 
 
 def authcost_phase(res: dict[str, Any]) -> None:
@@ -874,6 +895,14 @@ def adaptive_phase(res: dict[str, Any]) -> None:
 @click.option("--ingest-rate", type=float, default=1500.0, help="events/s per device in the ingest run")
 @click.option("--fleet-devices", type=int, default=1000)
 @click.option("--fleet-rate", type=float, default=5.0, help="events/s per device in the 10 Hz run")
+@click.option("--fleet-hz", type=float, default=10.0, help="polls/s per device in the fleet run")
+@click.option("--fleet-shards", type=int, default=1, help="bridge processes (bridge.shard) in the fleet run")
+@click.option("--goal", is_flag=True, help="also the big fleet: --goal-devices at --goal-hz")
+@click.option("--goal-devices", type=int, default=10_000)
+@click.option("--goal-hz", type=float, default=2.0)
+@click.option("--goal-rate", type=float, default=1.0, help="events/s per device in the big fleet")
+@click.option("--goal-shards", type=int, default=2, help="bridge processes for the big fleet")
+@click.option("--before", default="", help="git ref: every fleet run also with that ref's bridge code")
 @click.option("--fleet-commit", type=float, default=0.1, help="commit_interval of the 10 Hz run (s)")
 @click.option("--fleet-no-auth", is_flag=True, help="the 10 Hz fleet with auth = false")
 @click.option("--seconds", type=float, default=10.0)

@@ -26,6 +26,7 @@ import concurrent.futures
 import heapq
 import itertools
 import logging
+import math
 import os
 import socket
 import time
@@ -83,9 +84,14 @@ class _UdpSocket:
         self.loop.add_reader(self.sock.fileno(), self._readable)
 
     def _readable(self) -> None:
+        self.drain(self.burst)
+        self.bridge.sched.run_ready()
+
+    def drain(self, limit: int) -> None:
+        """Hand the datagrams already queued (at most ``limit``) to their devices."""
         recv = self.sock.recvfrom
         by_addr = self.bridge.by_addr
-        for _ in range(self.burst):
+        for _ in range(limit):
             try:
                 data, addr = recv(4096)
             except (BlockingIOError, InterruptedError):
@@ -97,7 +103,6 @@ class _UdpSocket:
                 self.unknown += 1
                 continue
             r.on_datagram(data)
-        self.bridge.sched.run_ready()
 
     def sendto(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
@@ -261,7 +266,15 @@ class Scheduler:
     the device due ``next_delay`` after its request went out (a fixed 100 ms interval is 10 Hz);
     a device due now (a backlog to drain) joins the ``ready`` list, sent after the current burst
     of received datagrams, so back-to-back polling of one device never starves the others.
+
+    The timer wakes on a grid of ``TICK`` seconds (the earliest due time rounded up to it): with
+    many devices each wake-up sends every request due within one tick and handles every deadline
+    that passed, instead of one event-loop iteration per request. A wake-up that has deadlines to
+    handle first reads the datagrams already queued on the UDP socket: after a late wake-up (a
+    loaded host) the answers waiting there are answers, not timeouts.
     """
+
+    TICK = 0.001  # s: at most this late; 1% of a 100 ms interval, 0.2% of 500 ms
 
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
@@ -384,6 +397,7 @@ class Scheduler:
                  self.deadlines[0][0] if self.deadlines else float("inf"))  # fmt: skip
         if at == float("inf"):
             return
+        at = math.ceil(at / self.TICK) * self.TICK  # on the grid: due times within a tick share a wake-up
         if self._timer is not None:
             if self._timer_at <= at:
                 return
@@ -397,6 +411,9 @@ class Scheduler:
             return
         now = self.loop.time()
         dl = self.deadlines
+        udp = self.bridge._udp
+        if udp is not None and dl and dl[0][0] <= now:
+            udp.drain(1 << 30)  # all of them: answers that came while the loop was busy are not timeouts
         while dl and dl[0][0] <= now:
             _, _, r, gen = heapq.heappop(dl)
             if r.waiting and r.gen == gen:  # no answer in time: a transport error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 
 from leadwire.bridge import logs
 from leadwire.bridge.daemon import Bridge, Scheduler
+from leadwire.tools.fleetsim import Fleet
 from leadwire.tools.simdevice import SimFleet
 
 from .helpers import bridge_config, query, wait_for
@@ -46,6 +48,43 @@ def test_fixed_interval_counts_from_the_due_time_not_the_late_wake_up() -> None:
     assert base(_Sent(due=1.0, sent=1.25), 0.1) == 1.25  # type: ignore[arg-type]
     # a backlog (next_delay 0) is drained from now on
     assert base(_Sent(due=1.0, sent=1.004), 0.0) == 1.004  # type: ignore[arg-type]
+
+
+def test_a_late_wake_up_takes_the_answers_already_queued_not_timeouts(tmp_path: Path) -> None:
+    """The loop stalls right after sending several requests, past their RTO, while the devices (in
+    another process) answer; one datagram is read per readable callback: the timer's wake-up reads
+    the rest before it declares a timeout, so none is counted."""
+
+    async def main() -> None:
+        with Fleet(8, 50.0, auth=False) as fleet:
+            devs = [{"id": d["id"], "udp": d["udp"], "auth": False} for d in fleet.devices]
+            poll = {"adaptive": False, "interval": 0.05, "interval_min": 0.05, "interval_max": 0.05,
+                    "timeout": 0.03, "rto_min": 0.03}  # fmt: skip
+            b = Bridge(bridge_config(tmp_path, devs, polling=poll), logs.setup("warning"))
+            await b.start()
+            await wait_for(lambda: all(c.dc["round_trips"] >= 3 for c in b.clients.values()))
+            assert b._udp is not None
+            b._udp.burst = 1
+            runners = list(b.runners.values())
+            send = b.sched.run_ready
+            stalled: list[int] = []
+
+            def run_ready() -> None:
+                send()
+                waiting = sum(r.waiting for r in runners)
+                if len(stalled) < 6 and (not stalled or waiting >= 4):
+                    stalled.append(waiting)
+                    time.sleep(0.2)  # the loop busy: every request out is past its RTO on waking
+
+            before = sum(c.dc["timeouts"] for c in b.clients.values())
+            b.sched.run_ready = run_ready  # type: ignore[method-assign]
+            await wait_for(lambda: len(stalled) == 6)
+            await asyncio.sleep(0.1)
+            assert sum(stalled[1:]) >= 20  # the stalls came with requests out
+            assert sum(c.dc["timeouts"] for c in b.clients.values()) == before
+            await b.stop()
+
+    run(main())
 
 
 def test_every_event_exactly_once_over_udp_and_serial(tmp_path: Path) -> None:

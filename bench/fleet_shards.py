@@ -1,0 +1,255 @@
+"""The bridge bench's fleet runs: a simulated fleet (tools/fleetsim.py) polled at a fixed rate by
+one or more bridge shard processes (``bridge.shard = "i/k"``, each with its own store), each
+instrumented from the outside, so that the same run can be made with another tree's bridge code
+(``code``: a PYTHONPATH, as ``peer_mqtt_bench.before_tree`` lays it out).
+
+Every shard is a process running this file on a JSON spec: it starts its bridge, prints ``ready``,
+waits for ``go`` on stdin (so all shards measure the same window), lets the fleet settle for
+``warmup`` seconds, then measures for ``seconds``: the CPU of its own process and of its store
+writer process, the round trips, timeouts and events of its clients, and the time of every request
+each device got (the poll intervals). After a clean stop it checks its store: for every device, the
+offsets between its first and last stored event are each stored or inside a counted loss (``silent``:
+neither). It prints one JSON line. The parent measures the simulators' CPU over the same window.
+
+Per device: the mean interval between requests sent in the window against the nominal 1 / hz, and
+its p99; a device with fewer than two requests in the window counts as off on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from leadwire.tools.fleetsim import Fleet
+
+U32 = 0xFFFFFFFF
+
+
+def polling(hz: float, timeout: float) -> dict[str, Any]:
+    """A fixed poll interval of 1 / hz (adaptive polling off), batches of up to 64 events."""
+    iv = 1.0 / hz
+    return {"adaptive": False, "interval": iv, "interval_min": iv, "interval_max": iv, "batch": 64,
+            "timeout": timeout}  # fmt: skip
+
+
+def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: str, code: str | None,
+        warmup: float, seconds: float, commit: float, auth: bool = True, sim_procs: int = 0,
+        payload: int = 64, timeout: float = 0.5) -> dict[str, Any]:  # fmt: skip
+    """One fleet run: `devices` simulated devices (`rate` events/s each) polled at `hz` by `shards`
+    bridge processes; the shards' figures added up, the simulators' CPU over the same window."""
+    procs = sim_procs or max(1, min(2, devices // 4000))
+    tmp = Path(tempfile.mkdtemp(dir=tmp))  # fresh stores: a run never resumes another's
+    with Fleet(devices, rate, procs=procs, capacity=1024, payload=payload, auth=auth) as fleet:
+        workers: list[subprocess.Popen[str]] = []
+        try:
+            for i in range(shards):
+                spec = tmp / ("shard-%d.json" % i)
+                fd = os.open(spec, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the keys
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"devices": fleet.devices, "shard": [i, shards], "hz": hz, "writer": writer,
+                               "store": str(tmp / ("fleet-%d.db" % i)), "commit": commit, "warmup": warmup,
+                               "seconds": seconds, "timeout": timeout}, f)  # fmt: skip
+                env = {**os.environ, "PYTHONPATH": code} if code else None
+                workers.append(subprocess.Popen([sys.executable, __file__, str(spec)], stdin=subprocess.PIPE,
+                                                stdout=subprocess.PIPE, text=True, env=env))  # fmt: skip
+            for w in workers:
+                assert w.stdout is not None
+                if w.stdout.readline().strip() != "ready":
+                    raise RuntimeError("a bridge shard did not start (exit code %s)" % w.wait())
+            for w in workers:
+                assert w.stdin is not None
+                w.stdin.write("go\n")
+                w.stdin.flush()
+            time.sleep(warmup)
+            sim0 = fleet.cpu_seconds()
+            time.sleep(seconds)
+            sim = fleet.cpu_seconds() - sim0
+            outs = []
+            for w in workers:
+                out, _ = w.communicate(timeout=seconds + 300)
+                if w.returncode:
+                    raise RuntimeError("a bridge shard failed (exit code %d)" % w.returncode)
+                outs.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                    w.wait()
+    return combine(outs, sim, devices, hz, shards, writer, code, seconds)
+
+
+def combine(outs: list[dict[str, Any]], sim: float, devices: int, hz: float, shards: int, writer: str,
+            code: str | None, seconds: float) -> dict[str, Any]:  # fmt: skip
+    """The shards' figures as one run's."""
+    keys = ("cpu", "wcpu", "rt", "to", "events", "silent", "devices", "silent_devices", "mean_off", "p99_off",
+            "requests")  # fmt: skip
+    tot = {k: sum(o[k] for o in outs) for k in keys}
+    means = [m for o in outs for m in o["mean_ratios"]]
+    p99s = sorted(p for o in outs for p in o["p99_ratios"])
+    rt, ev = max(1, tot["rt"]), max(1, tot["events"])
+    return {
+        "code": "before" if code else "now",
+        "devices": devices,
+        "devices_polled": tot["devices"],
+        "hz": hz,
+        "shards": shards,
+        "writer": writer,
+        "round_trips_per_s": tot["rt"] / seconds,
+        "polls_per_device_per_s": tot["requests"] / seconds / max(1, devices),  # requests sent
+        "events_per_s": tot["events"] / seconds,
+        "timeouts": tot["to"],
+        "silent": tot["silent"],
+        "silent_devices": tot["silent_devices"],
+        "devices_mean_off_10pct": tot["mean_off"],
+        "devices_p99_off_1_5x": tot["p99_off"],
+        "worst_mean_ratio": max(means, key=lambda m: abs(m - 1.0)) if means else float("nan"),
+        "median_p99_ratio": p99s[len(p99s) // 2] if p99s else float("nan"),
+        "worst_p99_ratio": p99s[-1] if p99s else float("nan"),
+        "bridge_cpu_percent": 100.0 * tot["cpu"] / seconds,
+        "writer_cpu_percent": 100.0 * tot["wcpu"] / seconds,
+        "sim_cpu_percent": 100.0 * sim / seconds,
+        "bridge_cpu_us_per_rt": 1e6 * tot["cpu"] / rt,
+        "writer_cpu_us_per_rt": 1e6 * tot["wcpu"] / rt,
+        "sim_cpu_us_per_rt": 1e6 * sim / rt,
+        "bridge_cpu_us_per_event": 1e6 * tot["cpu"] / ev,
+        "writer_cpu_us_per_event": 1e6 * tot["wcpu"] / ev,
+        "round_trips_per_bridge_cpu_s": tot["rt"] / max(1e-9, tot["cpu"]),
+    }
+
+
+# -- one shard (its own process) ---------------------------------------------------------------------
+
+
+def interval_ratios(sends: dict[Any, list[float]], t0: float, t1: float, nominal: float,
+                    n: int) -> tuple[list[float], list[float], int, int, int]:  # fmt: skip
+    """Per device: mean and p99 of the intervals between its requests sent in [t0, t1], over the
+    nominal interval; how many devices are off (mean by more than 10%, p99 over 1.5x); how many
+    requests went out in [t0, t1]."""
+    requests = 0
+    means: list[float] = []
+    p99s: list[float] = []
+    mean_off = p99_off = n - len(sends)  # never polled
+    for ts in sends.values():
+        w = [t for t in ts if t0 <= t <= t1]
+        requests += len(w)
+        if len(w) < 2:
+            mean_off += 1
+            p99_off += 1
+            continue
+        iv = sorted(b - a for a, b in itertools.pairwise(w))
+        m = (w[-1] - w[0]) / (len(w) - 1) / nominal
+        p = iv[min(len(iv) - 1, int(0.99 * len(iv)))] / nominal
+        means.append(m)
+        p99s.append(p)
+        mean_off += abs(m - 1.0) > 0.1
+        p99_off += p > 1.5
+    return means, p99s, mean_off, p99_off, requests
+
+
+def silent_offsets(path: str) -> dict[int, int]:
+    """Per device of a store: offsets between its first and last stored event (or past the last,
+    inside a counted loss) that are neither stored nor inside a counted loss. One boot per device."""
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    try:
+        offs: dict[int, list[int]] = {}
+        for dev, off in db.execute("SELECT dev, offset FROM events"):
+            offs.setdefault(dev, []).append(off)
+        losses: dict[int, list[tuple[int, int]]] = {}
+        for dev, client_n, lost in db.execute(
+            "SELECT dev, client_n, lost FROM losses WHERE cause != 'first_contact' AND lost IS NOT NULL"
+        ):
+            losses.setdefault(dev, []).append((client_n, lost))
+    finally:
+        db.close()
+    out = {}
+    for dev, o in offs.items():
+        ref = o[0]  # the first stored offset: the smallest distance from any one, mod 2^32
+        first = (ref + min(((x - ref + 0x80000000) & U32) - 0x80000000 for x in o)) & U32
+        span = max((x - first) & U32 for x in o) + 1
+        counted = 0
+        for client_n, lost in losses.get(dev, ()):
+            start = (client_n + 1 - first) & U32
+            if start < 0x80000000:
+                counted += lost
+                span = max(span, start + lost)
+        out[dev] = span - len(set(o)) - counted
+    return out
+
+
+async def shard(spec: dict[str, Any]) -> dict[str, Any]:
+    from leadwire.bridge import logs
+    from leadwire.bridge.config import parse
+    from leadwire.bridge.daemon import Bridge
+    from leadwire.bridge.writer import StoreProcess
+    from leadwire.tools.procstat import cpu_seconds
+
+    i, k = spec["shard"]
+    doc = {
+        "bridge": {"id": "bench-%d" % i, "metrics": "", "shard": "%d/%d" % (i, k)},
+        "store": {"path": spec["store"], "commit_interval": spec["commit"],
+                  **({"writer": spec["writer"]} if spec["writer"] != "process" else {})},
+        "polling": polling(spec["hz"], spec["timeout"]),
+        "device": [{"id": d["id"], "udp": d["udp"], "timestamp": "prefix_us",
+                    **({"key": d["key"]} if "key" in d else {"auth": False})} for d in spec["devices"]],
+    }  # fmt: skip
+    b = Bridge(parse(doc), logs.setup("error"))
+    await b.start()
+    sends: dict[Any, list[float]] = {}
+    send = b.sched._send
+
+    def timed_send(r: Any, now: float) -> None:
+        ts = sends.get(r)
+        if ts is None:
+            sends[r] = ts = []
+        if not ts or ts[-1] != now:  # copies and a second POLL go out at the same time: one request
+            ts.append(now)
+        send(r, now)
+
+    b.sched._send = timed_send  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    print("ready", flush=True)
+    await loop.run_in_executor(None, sys.stdin.readline)
+    await asyncio.sleep(spec["warmup"])
+    wpid = b.store.proc.pid if isinstance(b.store, StoreProcess) else None
+
+    def snap() -> tuple[float, ...]:
+        cs = b.clients.values()
+        return (time.process_time(), cpu_seconds(wpid) or 0.0, sum(c.dc["round_trips"] for c in cs),
+                sum(c.dc["timeouts"] for c in cs), b.events_committed, loop.time())  # fmt: skip
+
+    s0 = snap()
+    await asyncio.sleep(spec["seconds"])
+    s1 = snap()
+    await b.stop()
+    if b.failed is not None:
+        raise RuntimeError("bridge shard %d failed: %r" % (i, b.failed))
+    means, p99s, mean_off, p99_off, requests = interval_ratios(
+        sends, s0[5], s1[5], 1.0 / spec["hz"], len(b.clients)
+    )
+    silent = silent_offsets(spec["store"])
+    d = [y - x for x, y in zip(s0, s1, strict=True)]
+    return {"cpu": d[0], "wcpu": d[1], "rt": d[2], "to": d[3], "events": d[4], "requests": requests,
+            "devices": len(b.clients),
+            "silent": sum(silent.values()), "silent_devices": sum(1 for v in silent.values() if v),
+            "mean_ratios": means, "p99_ratios": p99s, "mean_off": mean_off, "p99_off": p99_off}  # fmt: skip
+
+
+def main() -> None:
+    from leadwire.tools.simdevice import raise_nofile
+
+    raise_nofile()
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    print(json.dumps(asyncio.run(shard(spec))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
