@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from leadwire.fleet.schema import BOOTS, LOSSES, PARTITION_COLUMN, TABLES
 
 from .store import connect_ro
+from .store_reader import parse_time
 
 CHUNK = 1_000_000
 DAY_US = 86_400_000_000
@@ -64,14 +65,8 @@ def day_of(us: int) -> str:
 
 
 def parse_since(value: str) -> int:
-    """YYYY-MM-DD or an ISO timestamp (UTC if naive) -> microseconds since the epoch."""
-    try:
-        t = dt.datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError("--since must be YYYY-MM-DD or an ISO 8601 time, got %r" % value) from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.UTC)
-    return int(t.timestamp() * 1_000_000)
+    """YYYY-MM-DD, an ISO timestamp (UTC if naive) or an age (10m, 2h, 1d) -> us since the epoch."""
+    return parse_time(value)
 
 
 def _safe(name: str) -> str:

@@ -10,6 +10,9 @@ demo, the chaos checker, the benches) reads it from, so the schema is known to t
         r.events_by_arrival(channel)       # (offset, data) in arrival order
         r.arrival_stats()                  # per dev: arrivals, events and the lead buckets
         r.totals()                         # counts for progress lines while the bridge writes
+        r.event_arrivals(after_id, ...)    # EventArrival: every event arrival after an id (`events`,
+                                           # the MQTT forwarder), duplicates flagged
+        r.losses_after(rowid) r.boots_after(rowid)  # loss and boot rows written after a rowid
 
 `StoreReader.open(path)` returns None when the file is missing or not (yet) a store: callers that
 poll a store the bridge is creating use it. Nothing here writes, and every query is bounded by one
@@ -18,7 +21,9 @@ connection's snapshot (WAL readers see the last commit).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +80,78 @@ class ArrivalStats(NamedTuple):
     lead_eq0: int
     lead_gt1: int
     lead_lt0: int
+
+
+class EventArrival(NamedTuple):
+    """One arrival of an event as stored: the first (duplicate False, data set) or a later copy."""
+
+    id: int  # the arrival's id in the store: increasing in commit order
+    device_id: str
+    boot_epoch: int
+    channel: int
+    offset: int
+    lead: int
+    duplicate: bool
+    rx_us: int  # when the bridge received it (us since the epoch)
+    data: bytes | None  # the payload (None for a duplicate arrival, which keeps no copy)
+
+
+class LossEntry(NamedTuple):
+    rowid: int  # a loss row is rewritten when its recovery ends: a new rowid, so it is seen again
+    device_id: str
+    boot_epoch: int
+    n0: int
+    n1: int
+    lost: int | None
+    cause: str
+    recovered: int
+    started_us: int
+    ended_us: int | None
+
+
+class BootEntry(NamedTuple):
+    rowid: int
+    device_id: str
+    boot_epoch: int
+    boots: int
+    firmware: str
+    board: str
+    detected_by: str
+    first_seen_us: int
+
+
+_EVENT_ARRIVAL = (
+    "SELECT a.id, d.device_id, a.boot_epoch, a.channel, a.seq, a.lead, a.duplicate, a.rx_us, a.data "
+    "FROM arrivals a JOIN devices d ON d.dev = a.dev WHERE a.kind = 0 AND a.id > ?"
+)
+_LOSS_ENTRY = (
+    "SELECT l.rowid, d.device_id, l.boot_epoch, l.n0, l.n1, l.lost, l.cause, l.recovered, l.started_us, "
+    "l.ended_us FROM losses l JOIN devices d ON d.dev = l.dev WHERE l.rowid > ? ORDER BY l.rowid LIMIT ?"
+)
+_BOOT_ENTRY = (
+    "SELECT b.rowid, d.device_id, b.boot_epoch, b.boots, b.firmware, b.board, b.detected_by, "
+    "b.first_seen_us FROM boots b JOIN devices d ON d.dev = b.dev WHERE b.rowid > ? ORDER BY b.rowid LIMIT ?"
+)
+_RELATIVE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(value: str, now: float | None = None) -> int:
+    """A point in time for --since: YYYY-MM-DD, an ISO 8601 time (UTC when naive), or an age
+    ("90s", "10m", "2h", "1d": that long before now) -> microseconds since the epoch."""
+    m = _RELATIVE.fullmatch(value.strip())
+    if m is not None:
+        t = dt.datetime.now(dt.UTC).timestamp() if now is None else now
+        return int((t - float(m.group(1)) * _UNIT_S[m.group(2)]) * 1_000_000)
+    try:
+        t = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            "--since must be YYYY-MM-DD, an ISO 8601 time or an age like 10m, 2h, 1d; got %r" % value
+        ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1_000_000)
 
 
 _DEVICE = "SELECT dev, device_id, transport, n, has_n, boot_epoch, boots, counters FROM devices"
@@ -210,6 +287,47 @@ class StoreReader:
             "GROUP BY commit_us ORDER BY commit_us"
         )
         return [tuple(r) for r in self.conn.execute(q, (t0_us, t1_us))]  # type: ignore[misc]
+
+    def event_arrivals(
+        self,
+        after_id: int = 0,
+        devices: tuple[str, ...] = (),
+        channels: tuple[int, ...] = (),
+        since_us: int | None = None,
+        duplicates: bool = True,
+        limit: int = 10_000,
+        newest: bool = False,
+    ) -> list[EventArrival]:
+        """Event arrivals with id > after_id in id order (at most `limit`: the first ones, or with
+        `newest` the last ones), of the given devices and channels (empty: all), received at or after
+        since_us; duplicates False: first arrivals only."""
+        q = _EVENT_ARRIVAL
+        args: list[Any] = [after_id]
+        if devices:
+            q += " AND d.device_id IN (%s)" % ",".join("?" * len(devices))
+            args += devices
+        if channels:
+            q += " AND a.channel IN (%s)" % ",".join("?" * len(channels))
+            args += channels
+        if since_us is not None:
+            q += " AND a.rx_us >= ?"
+            args.append(since_us)
+        if not duplicates:
+            q += " AND a.duplicate = 0"
+        rows = self.conn.execute(q + " ORDER BY a.id %s LIMIT ?" % ("DESC" if newest else ""), (*args, limit))
+        out = [EventArrival(*r[:6], bool(r[6]), r[7], r[8]) for r in rows]
+        return out[::-1] if newest else out
+
+    def last_arrival_id(self) -> int:
+        return int(self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM arrivals").fetchone()[0])
+
+    def losses_after(self, rowid: int, limit: int = 1000) -> list[LossEntry]:
+        """Loss rows written (or rewritten: a recovery that ended) after `rowid`, in rowid order."""
+        return [LossEntry(*r) for r in self.conn.execute(_LOSS_ENTRY, (rowid, limit))]
+
+    def boots_after(self, rowid: int, limit: int = 1000) -> list[BootEntry]:
+        """Boot rows written after `rowid`, in rowid order."""
+        return [BootEntry(*r) for r in self.conn.execute(_BOOT_ENTRY, (rowid, limit))]
 
     def totals(self) -> dict[str, int]:
         """Store-wide counts: events, duplicate arrivals, recoveries (exact lost, unknown), boots,

@@ -10,7 +10,7 @@ import importlib
 import os
 import sqlite3
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -24,10 +24,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "flash": ("leadwire.tools.flash:flash", "Compile and copy the firmware and core to a board."),
     "bridge": ("leadwire.bridge.cli:bridge", "Run the bridge daemon: poll devices into the durable store."),
     "status": ("leadwire.bridge.cli:status", "Show devices and counters from the store."),
+    "events": ("leadwire.cli.events:events", "Show stored events as a table or JSON lines; --follow."),
     "export": ("leadwire.bridge.cli:export", "Export the store as Parquet for the fleet job."),
     "netem": ("leadwire.tools.netem:netem", "Impair the bridge-board link (loss, dup, reorder, corruption)."),
     "chaos": ("leadwire.tools.chaos:chaos", "Kill boards and the bridge under netem; check every event."),
 }
+
+
+# The optional parts of the install: a module of an extra that is not installed -> the extra
+# (pyproject.toml, [project.optional-dependencies]). The base install runs bridge, status, events,
+# export and flash.
+EXTRAS: dict[str, str] = {
+    "pyspark": "fleet",
+    "pandas": "fleet",
+    "matplotlib": "fleet",
+    "numpy": "fleet",
+    "grpc": "fleet",
+    "duckdb": "dev",
+    "pytest": "dev",
+    "hypothesis": "dev",
+}
+
+
+def install_hint(module: str) -> str:
+    """The one pip line that brings `module` (a top-level module name), for "missing" messages."""
+    extra = EXTRAS.get(module.partition(".")[0])
+    return "pip install 'leadwire[%s]'" % extra if extra else "pip install --upgrade leadwire"
 
 
 def _one_line(text: str) -> str:
@@ -53,6 +75,13 @@ class LazyGroup(click.Group):
             hint = " (%s --help)" % where if isinstance(e, click.UsageError) else ""
             click.echo("%s: error: %s%s" % (where, _one_line(e.format_message()), hint), err=True)
             sys.exit(2)
+        except ModuleNotFoundError as e:  # an optional part of the install is missing: say which
+            name = e.name or "?"
+            if name.partition(".")[0] == "leadwire":  # a module of ours: a broken install or a bug
+                self._internal(e)
+            msg = "%s: error: this command needs %s, which is not installed: %s"
+            click.echo(msg % (self._invoked(), name.partition(".")[0], install_hint(name)), err=True)
+            sys.exit(2)
         except OSError as e:
             click.echo("%s: error: %s" % (self._invoked(), _one_line(str(e) or type(e).__name__)), err=True)
             sys.exit(2)
@@ -60,11 +89,15 @@ class LazyGroup(click.Group):
             msg = "%s: error: store: %s"
             click.echo(msg % (self._invoked(), _one_line(str(e))), err=True)
             sys.exit(2)
-        except Exception as e:  # a bug: say it in one line, keep the exit code apart from bad input
-            msg = "%s: internal error: %s: %s (LEADWIRE_DEBUG=1 shows the traceback)"
-            click.echo(msg % (self._invoked(), type(e).__name__, _one_line(str(e))), err=True)
-            sys.exit(1)
+        except Exception as e:
+            self._internal(e)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def _internal(self, e: Exception) -> NoReturn:
+        """A bug: say it in one line, keep the exit code apart from bad input."""
+        msg = "%s: internal error: %s: %s (LEADWIRE_DEBUG=1 shows the traceback)"
+        click.echo(msg % (self._invoked(), type(e).__name__, _one_line(str(e))), err=True)
+        sys.exit(1)
 
     @staticmethod
     def _invoked() -> str:
