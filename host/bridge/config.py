@@ -16,7 +16,10 @@ import tomllib
 import zlib
 from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .mqtt_forward import MqttConfig
 
 
 class ConfigError(Exception):
@@ -127,6 +130,7 @@ class BridgeConfig:
     shard: tuple[int, int] = _setting((0, 1), "bridge")
     poll: PollConfig = field(default_factory=PollConfig)
     devices: tuple[DeviceConfig, ...] = ()
+    mqtt: MqttConfig | None = None  # [mqtt]: forward what is stored (mqtt_forward.py)
 
     def my_devices(self) -> list[DeviceConfig]:
         i, k = self.shard
@@ -138,7 +142,7 @@ def shard_of(device_id: str, count: int) -> int:
     return zlib.crc32(device_id.encode()) % count
 
 
-_TOP = {"bridge", "polling", "store", "device"}
+_TOP = {"bridge", "polling", "store", "device", "mqtt"}
 _SECTIONS = (("bridge", BridgeConfig), ("store", BridgeConfig), ("polling", PollConfig))
 _DEVICE = {"id", "udp", "serial", "key", "key_file", "auth"} | {k for _, k, _ in settings(DeviceConfig)}
 _DEVICE_FIELDS = {f.name: f for f in fields(DeviceConfig)}
@@ -299,7 +303,12 @@ def parse(doc: dict[str, Any], base: Path | None = None) -> BridgeConfig:
             if s == section:
                 top[f.name] = _check(f.name, _read(tables[s], s + ".", key, f), base)
     poll = _poll(tables["polling"])
-    return BridgeConfig(**top, poll=poll, devices=_devices(doc, base))
+    mqtt = None
+    if "mqtt" in doc:
+        from .mqtt_forward import parse_mqtt
+
+        mqtt = parse_mqtt(_table(doc, "mqtt"), base, top["store"], top["bridge_id"])
+    return BridgeConfig(**top, poll=poll, devices=_devices(doc, base), mqtt=mqtt)
 
 
 def _check(name: str, v: Any, base: Path | None) -> Any:

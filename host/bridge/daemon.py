@@ -40,6 +40,7 @@ from . import logs
 from .client import Delivery, DeviceClient
 from .config import BridgeConfig, DeviceConfig, parse_address
 from .metrics import Histogram, make_registry, serve
+from .mqtt_forward import Forwarder
 from .store import GEN_INDEX, SEG_EVENT, Batch, Store, drain
 from .writer import StoreProcess
 
@@ -466,6 +467,7 @@ class Bridge:
         self.store_conflicts = 0
         self._flusher: asyncio.Task[None] | None = None
         self._metrics_stop: Callable[[], None] | None = None
+        self._forwarder: Forwarder | None = None  # [mqtt]: publishes what is committed
         self._udp: _UdpSocket | None = None
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leadwire-store")
         self._flush_lock: asyncio.Lock | None = None
@@ -547,6 +549,9 @@ class Bridge:
         if cfg.metrics:
             mh, mp = parse_address(cfg.metrics, "bridge.metrics")
             _, self._metrics_stop, self.metrics_port = serve(make_registry(self), mh, mp)
+        if cfg.mqtt is not None:
+            self._forwarder = Forwarder(cfg.mqtt, cfg.store, self.log)
+            self._forwarder.start()
         logs.event(self.log, logging.INFO, "bridge_started", bridge_id=cfg.bridge_id, devices=len(devices),
                    store=cfg.store, metrics_port=self.metrics_port, shard="%d/%d" % cfg.shard)  # fmt: skip
         self._flusher = loop.create_task(self._flush_loop())
@@ -597,6 +602,8 @@ class Bridge:
             conflicts = await loop.run_in_executor(self._writer, self.store.write, batch)
             done = now_us()
             self.sched.resume()
+            if self._forwarder is not None:
+                self._forwarder.poke()
             if conflicts:
                 self.store_conflicts += conflicts
                 logs.event(self.log, logging.WARNING, "store_conflict", rows=conflicts)
@@ -653,6 +660,8 @@ class Bridge:
             self._metrics_stop()
         if self.store is not None:
             await asyncio.get_running_loop().run_in_executor(self._writer, self.store.close)
+        if self._forwarder is not None:  # publishes what the last commit stored, then disconnects
+            await asyncio.get_running_loop().run_in_executor(self._writer, self._forwarder.stop)
         self._writer.shutdown(wait=True)
         failed = repr(self.failed) if self.failed else None
         logs.event(
