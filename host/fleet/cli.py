@@ -80,11 +80,9 @@ def fleet(
 ) -> None:
     """Analyse exported fleet telemetry with Spark: leads, loss, duplicates, reordering, restarts,
     overruns, recoveries, latency; tables (Parquet + CSV) and an HTML report in --out."""
-    try:
-        from leadwire.fleet.job import format_summary, parse_window, run_job
-    except ImportError as e:  # pragma: no cover - pyspark missing
-        click.echo("leadwire fleet: cannot import Spark (%s); install pyspark>=4" % e, err=True)
-        sys.exit(2)
+    # without the fleet extra: ModuleNotFoundError, which `leadwire` says as the pip line to run
+    from leadwire.fleet.job import format_summary, parse_window, run_job
+
     try:
         window_seconds = parse_window(window)
         date_from, date_to = resolve_dates(date_from, date_to, since, day, daily)

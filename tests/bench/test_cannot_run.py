@@ -22,7 +22,7 @@ def test_need_command_missing_says_what_to_install_and_exits_2() -> None:
 def test_need_tool_missing_exits_2_with_one_line() -> None:
     r = _run('need_tool("lw-no-such-tool")')
     assert r.returncode == 2
-    assert r.stderr == "-c: the `lw-no-such-tool` command is missing (pip install -e '.[dev]')\n"
+    assert r.stderr == "-c: the `lw-no-such-tool` command is missing (pip install 'leadwire[dev]')\n"
 
 
 def test_need_command_present_returns_its_path() -> None:
