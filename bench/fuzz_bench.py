@@ -4,7 +4,7 @@ Run: .venv/bin/python bench/fuzz_bench.py            (about 2-4 minutes on one c
      .venv/bin/python bench/fuzz_bench.py --quick    (a tenth of it)
      .venv/bin/python bench/fuzz_bench.py --only-board   (the two virtual-board runs: UDP, serial)
 
-Targets (the mutators and oracles are in tests/fuzz/mutate.py):
+Targets (the mutators and oracles are in tools/fuzz_mutate.py, shared with tests/fuzz):
   frames    codec.decode on mutated frames and random bytes; each valid result must re-encode to the
             input, each error must be the WireError wire.check() names; valid frames then go through
             every messages.decode_* and PollClient.on_frame (only WireError(E_PAYLOAD) allowed)
@@ -12,10 +12,10 @@ Targets (the mutators and oracles are in tests/fuzz/mutate.py):
   streams   StreamDecoder.feed on damaged COBS streams in random chunks, host (cobs package) and
             device (own unstuffing) decoders compared item by item, intact frames all out
   huge      codec.decode on inputs up to 256 KB
-  board     bad frames to a virtual board over UDP with POLLs interleaved (tests/fuzz/boardfuzz.py)
+  board     bad frames to a virtual board over UDP with POLLs interleaved (tools/fuzz_board.py)
   serial    the same over the board's serial link: 0x00-ended units of COBS bytes (mutated frames,
             damaged stuffing, oversize runs at the exact limit and past it), each counted by a
-            model of the agent's decoder (boardfuzz.serial_items)
+            model of the agent's decoder (fuzz_board.serial_items)
 
 Hang guard: SIGALRM fires if one batch of inputs takes more than 60 s and reports the input being
 decoded; the slowest single input is printed. Any finding stops the run with the input in hex.
@@ -36,12 +36,9 @@ from typing import Any
 
 import click
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.fuzz: the mutators are shared with the tests
-
-from leadwire import client, codec, framing, wire  # noqa: E402
-from tests.fuzz.boardfuzz import BoardFuzzer, SerialBoardFuzzer, board_config  # noqa: E402
-from tests.fuzz.mutate import (  # noqa: E402
+from leadwire import client, codec, framing, wire
+from leadwire.tools.fuzz_board import BoardFuzzer, SerialBoardFuzzer, board_config
+from leadwire.tools.fuzz_mutate import (
     Finding,
     Mutator,
     check_client,

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leadwire import client, codec, framing, messages, wire
-
-from .mutate import Mutator, corpus
+from leadwire.tools.fuzz_mutate import Mutator, corpus
 
 RX = 136  # the agent's receive buffer (lwagent._RX): UDP datagrams are truncated to it
 HEALTH_CH = 8

@@ -21,14 +21,10 @@ from pathlib import Path
 
 import atheris
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 with atheris.instrument_imports(include=["leadwire"]):
     from leadwire import client, codec, framing
 
-from tests.fuzz.mutate import check_client, check_decode, check_payloads, check_stream, corpus  # noqa: E402
+from leadwire.tools.fuzz_mutate import check_client, check_decode, check_payloads, check_stream, corpus
 
 PC = client.PollClient(n=5, epoch=1, fresh=False)
 

@@ -13,9 +13,7 @@ import pytest
 from leadwire import codec, framing, messages, wire
 from leadwire.tools.authclient import POLL_ANSWERS, AuthClient
 from leadwire.tools.board import start_board
-from leadwire.tools.wireclient import SerialLink, UdpLink
-
-from .boardfuzz import (
+from leadwire.tools.fuzz_board import (
     MAX_DATAGRAM,
     SERIAL_CAP,
     SERIAL_MAX_FRAME,
@@ -28,7 +26,8 @@ from .boardfuzz import (
     serial_verdicts,
     verdict,
 )
-from .mutate import Mutator, corpus, stream
+from leadwire.tools.fuzz_mutate import Mutator, corpus, stream
+from leadwire.tools.wireclient import SerialLink, UdpLink
 
 pytestmark = pytest.mark.micropython
 

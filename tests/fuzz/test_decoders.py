@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leadwire import client, codec, framing, wire
-
-from .mutate import (
+from leadwire.tools.fuzz_mutate import (
     Finding,
     Mutator,
     check_client,
