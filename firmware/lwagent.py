@@ -74,6 +74,8 @@ _CPRIO = const(13)
 _NBOOT = const(14)  # the boot count
 _KEY = const(15)  # the auth key lwboot read (None: auth off), dropped by lwauth.setup
 _WDT = const(16)  # the machine.WDT lwboot started (None: off)
+_CHANS = const(17)  # the channels a SUBSCRIBE may name: the sources', health, alarms, and the
+# application's (Agent.channel adds them); Agent() appends it
 # health values and counters (the first 8 are the health record, device.health_into)
 _BOOTS = const(0)
 _CAUSE = const(1)
@@ -125,13 +127,16 @@ _DUE = const(6)  # ticks_ms when the next report may be built
 _CH = const(7)
 _PRIO = const(8)
 _EVERY = const(9)
-# a sensor (lwboot builds it): channel, period us, size, due (ticks_us), sample number, payload
+# a sensor (lwboot builds it): channel, period us, size, due (ticks_us), sample number, payload,
+# reader (None: synthetic, the sample number and filler; else a config-declared source, lwsrc:
+# reader(payload) -> bytes read into it, one reading per period)
 _SCH = const(0)
 _SPER = const(1)
 _SSIZE = const(2)
 _SDUE = const(3)
 _SNUM = const(4)
 _SBUF = const(5)
+_SREAD = const(6)
 
 
 # lwauth.link() builds it: verify, sign_into, device_hello, device_sign_hello, rejects, epoch hi,
@@ -204,6 +209,7 @@ class Agent:
         h[_ALAST] = time.ticks_add(time.ticks_ms(), -k[_AGAP])
         self.h = h
         self.tasks: list = []  # main.py keeps the asyncio tasks here
+        k.append([s[_SCH] for s in sensors] + [k[_HCH], k[_ACH]])  # k[_CHANS]
         self.pushing = 0  # push sessions on all links
         self.poll = select.poll()
         for L in links:
@@ -228,6 +234,11 @@ class Agent:
                     s[_END] = e
                     if not s[_EVERY] and not s[_K] and not L[_Q].closing:
                         self._post(L, s, s[_BODY][0])  # alarms go at once (allocates: rare)
+
+    def channel(self, channel):
+        """Declare an application's channel: a SUBSCRIBE may name it (its events are reported)."""
+        if channel not in self.k[_CHANS]:
+            self.k[_CHANS].append(channel)
 
     def alarm(self, status, data):
         self.h[_ALARMS] += 1
@@ -327,9 +338,8 @@ class Agent:
         L[_PEER] = a
         L[_SUBS] = {}
         L[_RAW] = []
-        known = [s[_SCH] for s in self.sensors] + [k[_HCH], k[_ACH]]
         for ch in chs:
-            if ch in known:
+            if ch in k[_CHANS]:
                 rs = ReportSequence()
                 rs.begin()
                 s = [rs, bytearray(k[_RBYTES]), 3, 0, None, None, 0, ch, k[_RPRIO], k[_RMS]]  # _RS.._EVERY
@@ -496,6 +506,14 @@ class Agent:
                 for s in self.sensors:
                     p = s[_SPER]
                     n = fast_n  # hz 0: a batch every pass, the pass again at once
+                    if s[_SREAD] is not None:  # a real source: one reading when due (none owed)
+                        if time.ticks_diff(now, s[_SDUE]) < 0:
+                            continue
+                        s[_SDUE] = time.ticks_add(now, p)
+                        n = s[_SREAD](s[_SBUF])
+                        if n:  # (0 or None: nothing to say this time)
+                            self.emit(s[_SCH], s[_SBUF], n)
+                        continue
                     if p:  # the samples due since the last pass, at once
                         n = time.ticks_diff(now, s[_SDUE]) // p + 1
                         if n <= 0:
@@ -549,9 +567,9 @@ class Agent:
 
 
 def start(b, board):
-    # main.py's last boot step, here so that its code is freed once run (main.py deletes it; code
-    # in main.py stays while it runs): authentication with a key, the agent on lwboot's
-    # (settings, ring, sensors, links, tasks), its tasks started; returns io() for asyncio.run
+    # lwapp.start's last boot step, here so that its code is freed once run (lwapp deletes it):
+    # authentication with a key, the agent on lwboot's (settings, ring, sensors, links, tasks),
+    # its tasks started; returns the agent (asyncio.run(agent.io()) serves the links)
     k, ring, sensors, links, tasks = b
     if k[_KEY]:  # a key (issue 6): auth.py and an endpoint per link, where the boot code was
         import lwauth
@@ -568,4 +586,4 @@ def start(b, board):
     for L in links:
         if not L[_UDP] or L[_PEER]:  # HELLO after boot
             ag._boot_hello(L, L[_PEER])
-    return ag.io()
+    return ag

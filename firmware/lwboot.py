@@ -41,14 +41,16 @@ _EP = const(15)
 _LIM = const(16)
 _LASTP = const(17)
 _NLINK = const(18)  # slots in a link
-# a sensor (built in _attempt): channel, period us, size, due (ticks_us), sample number, payload
+# a sensor (built in _attempt): channel, period us, size, due (ticks_us), sample number, payload,
+# reader (None: synthetic; else lwsrc's, for a config-declared source)
 _SCH = const(0)
 _SPER = const(1)
 _SSIZE = const(2)
 _SDUE = const(3)
 _SNUM = const(4)
 _SBUF = const(5)
-_NSENSOR = const(6)
+_SREAD = const(6)
+_NSENSOR = const(7)
 # this module's own: the boot's state st, kept across the attempts (read() adds all but the first)
 _STHOLD = const(0)  # main.py's list holding the block the ring takes
 _STCONF = const(1)  # config.json as read ({} when missing or bad)
@@ -83,6 +85,10 @@ _CBIND = const(5)
 _CHOST = const(6)
 _CKEY = const(7)
 _CAUTH = const(8)
+_CADC = const(9)  # a sensor entry's keys that declare a real source (lwsrc): adc, i2c, call
+_CCALL = const(11)
+_CSRC = const(12)  # (not a key: lwsrc's module name, a string here so that a board without a real
+# source interns no name for it)
 # frame sizes (leadwire.wire; test_records checks them)
 _OVERHEAD = const(12)  # wire.OVERHEAD: header and CRC
 _AUTH_SIZE = const(8)  # wire.AUTH_SIZE: the trailer of a signed frame
@@ -99,7 +105,8 @@ SPEC = (
     "|port 4210 1 65535,frame 1024 64 1472,gap 0 0 1000"  # udp
     "|port 0 0 0,frame 256 64 2059,gap 0 0 1000"  # serial
     "|ch 1 0 255,hz 10 0 1000000,size 16 2 512"  # a sensor (hz 0: as fast as it can)
-    "|config.json|0.1.0|id sensors udp serial wlan bind host key auth|1 10 16 2 2 12"  # default sensors
+    "|config.json|0.1.0|id sensors udp serial wlan bind host key auth adc i2c call lwsrc"
+    "|1 10 16 2 2 12"  # default sensors
     "|starting again on safe defaults (links, id and wlan kept from config.json)"  # after a failure
     "|starting again on safe defaults without config.json|giving up"
     '|authentication needs "key" (32..128 hex digits) or "auth": false'  # issue 6
@@ -181,7 +188,7 @@ def _attempt(board, st, tier):
         net, w = network(board, d)
     r, epoch, buf, serial = ring(board, st, k, lk, sk)
     sensors = []
-    for ch, hz, size in sk:
+    for ch, hz, size, c in sk:
         if size > k[_SLOT]:
             print("config: sensor on channel %d: size above slot %d; skipped" % (ch, k[_SLOT]))
             continue
@@ -194,6 +201,13 @@ def _attempt(board, st, tier):
         s[_SSIZE] = size
         s[_SDUE] = s[_SNUM] = 0
         s[_SBUF] = b
+        s[_SREAD] = None
+        if c is not None:  # a real source (adc, i2c, call): its reader, or said and skipped
+            try:
+                s[_SREAD] = __import__(key(_CSRC)).read(c, b)
+            except Exception as e:
+                print("config: sensor on channel %d: %r; skipped" % (ch, e))
+                continue
         sensors.append(s)
     name = d.get(key(_CID))
     if not isinstance(name, str):
@@ -270,7 +284,8 @@ def read(st):
 
 def check(d, tier):
     # config.json's object -> (what this tier keeps of it, the settings k without their last three,
-    # the links' settings (_L* slots), the sensors' (channel, hz, size)). Tier 1 keeps only the
+    # the links' settings (_L* slots), the sensors' (channel, hz, size, the entry when it declares a
+    # real source, else None)). Tier 1 keeps only the
     # config's links, id and wlan, tier 2 nothing of it.
     kudp = key(_CUDP)
     if tier:
@@ -301,14 +316,15 @@ def check(d, tier):
     sk = []
     chans = [k[_HCH], k[_ACH]]
     for s in ss[:8]:
-        ch, hz, size = ints(s if isinstance(s, dict) else {}, SPEC[_SPSENSOR], key(_CSENS) + ": ")
+        s = s if isinstance(s, dict) else {}
+        ch, hz, size = ints(s, SPEC[_SPSENSOR], key(_CSENS) + ": ")
         if ch in chans or size > k[_SLOT]:
             print(
                 "config: sensor on channel %d: channel taken or size above slot %d; skipped" % (ch, k[_SLOT])
             )
             continue
         chans.append(ch)
-        sk.append((ch, hz, size))
+        sk.append((ch, hz, size, s if [x for x in range(_CADC, _CCALL + 1) if key(x) in s] else None))
     return d, k, lk, sk
 
 
@@ -379,7 +395,7 @@ def ring(board, st, k, links, sensors):
     need = 7100 + 3 * k[_RBYTES] + frame + (9900 + 1100 * len(links) if ax else 0)
     for x in links:
         need += 2 * x[_LFRAME] + 400 if x[_LKEY] == kser else 0
-    for ch, hz, size in sensors:
+    for ch, hz, size, c in sensors:
         need += size + 96
     # the links' buffers, then the ring at once: the big blocks before anything fragments the heap
     # (one frame buffer for all links: frames are built and sent without an await in between)

@@ -670,6 +670,13 @@ class PicoBoard:
             raise BoardError("the emulated Pico does not answer")
         return ev
 
+    def adc(self, channel: int, values: list[int], timeout: float = 10.0) -> None:
+        """The next reads of ADC `channel` (0..4; 4: the temperature sensor) give these 12-bit
+        values in order, then the last one for good."""
+        n = self._command("adc %d %s" % (channel, " ".join(str(v) for v in values)))
+        if self._wait_event(lambda e: e.get("event") == "adc", timeout, n) is None:
+            raise BoardError("the emulated Pico does not answer")
+
     def power_off(self) -> None:
         """Stop the emulator (its filesystem image is saved first; SIGKILL after 1 s)."""
         if self.proc is not None and self.proc.poll() is None:

@@ -44,7 +44,9 @@ CORE_DEVICE = (
     "device",
     "auth",  # imported only when config.json has a key (issue 6)
 )
-FIRMWARE_MODULES = ("lwagent", "lwboot", "lwauth")  # lwauth: loaded only with a key
+# lwauth: loaded only with a key; lwsrc: only when config.json declares a real source; lwirq: only by
+# an application that emits from an interrupt
+FIRMWARE_MODULES = ("lwapp", "lwagent", "lwboot", "lwauth", "lwsrc", "lwirq")
 
 
 @dataclass(frozen=True)

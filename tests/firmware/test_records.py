@@ -40,7 +40,7 @@ RECORDS: dict[str, tuple[list[str], str | None]] = {
         "_IO _UDP _TX _MV _Q _GAP _NEXT _SUBS _OWN _RAW _PEER _HELLO _RB _CB _DEC _EP _LIM _LASTP".split(),
         "_NLINK",
     ),
-    "sensor": ("_SCH _SPER _SSIZE _SDUE _SNUM _SBUF".split(), "_NSENSOR"),
+    "sensor": ("_SCH _SPER _SSIZE _SDUE _SNUM _SBUF _SREAD".split(), "_NSENSOR"),
     "health": (
         (
             "_BOOTS _CAUSE _UP _FREE _LOW _OVER _DROP _BAD _OVERFLOW _ALARMS _ALAST _RESTARTS "

@@ -12,7 +12,9 @@
 // resets itself, answers to commands. stderr: log lines.
 // stdin: one command per line: "power" (power cycle: a fresh chip, same flash), "clock" (answers
 // {"event": "clock", "nanos", "cycles", "instructions"}: the board's own time and CPU cycles),
-// "save" (write --fs-image now), "quit". EOF on stdin, SIGTERM or SIGINT: save and exit 0.
+// "save" (write --fs-image now), "adc CH V1 V2 ..." (the next reads of ADC channel CH, 0..4 (4: the
+// temperature sensor), give the 12-bit values V1, V2, ... in order, the last one from then on;
+// answers {"event": "adc", "channel", "queued"}), "quit". EOF on stdin, SIGTERM or SIGINT: save and exit 0.
 //
 // What stock rp2040js lacks for this firmware, and is modelled here: the SPI NOR flash behind the
 // SSI (littlefs writes), a PL011 UART with FIFOs, line-rate timing, RX overruns and edge-triggered
@@ -370,6 +372,7 @@ class Board {
     this.flash = null; // the flash contents, kept across resets and power cycles
     this.boots = 0;
     this.instructions = 0;
+    this.adcQueue = [[], [], [], [], []]; // values the next ADC reads give, per channel ("adc" command)
     this.cyclesBefore = 0; // CPU cycles of earlier boots (core.cycles restarts with each chip)
     this.replIn = []; // host -> board bytes for the USB OUT endpoint
     this.outArmed = 0; // the size of the OUT buffer the firmware armed (0: none)
@@ -421,8 +424,19 @@ class Board {
     this.core1Handshake(m);
     this.watchdog(m, keep);
     this.usb(m);
+    this.adcValues(m);
     m.core.PC = 0x10000000; // boot2 first, as the boot ROM would run it
     this.start();
+  }
+
+  /** Each ADC read of a channel takes the next queued value (then keeps the last one). */
+  adcValues(m) {
+    const read = m.adc.onADCRead;
+    m.adc.onADCRead = (ch) => {
+      const q = this.adcQueue[ch];
+      if (q && q.length) m.adc.channelValues[ch] = q.shift();
+      read(ch);
+    };
   }
 
   /** Core 1 is not emulated. A soft reset calls multicore_reset_core1(): it holds core 1 in reset
@@ -591,6 +605,11 @@ function main() {
     else if (cmd === 'clock') emit(board.clock());
     else if (cmd === 'save') { board.saveFs(); emit({ event: 'saved' }); }
     else if (cmd === 'quit') quit();
+    else if (cmd.startsWith('adc ')) {
+      const [ch, ...vs] = cmd.split(/\s+/).slice(1).map(Number);
+      if (!(ch >= 0 && ch <= 4) || vs.some((v) => !(v >= 0 && v <= 4095))) log(`bad adc command ${JSON.stringify(cmd)}`);
+      else { board.adcQueue[ch].push(...vs); emit({ event: 'adc', channel: ch, queued: board.adcQueue[ch].length }); }
+    }
     else log(`unknown command ${JSON.stringify(cmd)}`);
   });
   rl.on('close', quit); // the launcher is gone
