@@ -529,11 +529,10 @@ class Bridge:
             host, port = parse_address(cfg.bind, "bridge.bind")
             self._udp = _UdpSocket(self, host, port)
         deliver = bool(self._subs)
-        for d in devices:
-            address = "%s:%d" % (d.host, d.port) if d.transport == "udp" else d.serial
-            key, state = await loop.run_in_executor(
-                self._writer, self.store.register, d.id, d.transport, address
-            )
+        addresses = [(d.id, d.transport, "%s:%d" % (d.host, d.port) if d.transport == "udp" else d.serial)
+                     for d in devices]  # fmt: skip
+        states = await loop.run_in_executor(self._writer, self.store.register_many, addresses)
+        for d, (key, state) in zip(devices, states, strict=True):
             client = DeviceClient(key, d, cfg.poll, state, deliver=deliver)
             r = DeviceRunner(self, client, d)
             if d.transport == "udp":

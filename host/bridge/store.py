@@ -287,6 +287,19 @@ class Store:
             c.execute("ROLLBACK")
             raise
 
+    def register_many(self, devices: list[tuple[str, str, str]]) -> list[tuple[int, ClientState | None]]:
+        """:meth:`register` for many devices (device_id, transport, address) in one transaction: a
+        bridge's start costs one commit (one fsync), not one per device."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            out = [self._register(*d) for d in devices]
+            c.execute("COMMIT")
+            return out
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
     def _register(self, device_id: str, transport: str, address: str) -> tuple[int, ClientState | None]:
         c = self.conn
         row = c.execute(

@@ -7,9 +7,10 @@ on their own interpreter, and the bridge's side of a commit is one ``marshal.dum
 rows (C, ~1-2 us per row) and a pipe write.
 
 Protocol over a socketpair (``multiprocessing.connection.Connection`` framing), one request at a
-time, each answered: ``W`` + marshal(batch) -> ``R`` + pickle(conflicts); ``G`` (register) and
-``C`` (close) with pickled arguments; an exception in the child comes back as ``E`` + pickle and is
-raised again in the bridge (the bridge then stops, as with a failed commit on a thread).
+time, each answered: ``W`` + marshal(batch) -> ``R`` + pickle(conflicts); ``G`` (register a list
+of devices, one transaction) and ``C`` (close) with pickled arguments; an exception in the child
+comes back as ``E`` + pickle and is raised again in the bridge (the bridge then stops, as with a
+failed commit on a thread).
 
 The SIGKILL guarantee (a poll answer's rows and the device's new offset in one transaction, so a
 restart from the committed offsets has no duplicate and no gap) holds across the two processes:
@@ -87,9 +88,12 @@ class StoreProcess:
         return pickle.loads(msg[1:])
 
     def register(self, device_id: str, transport: str, address: str) -> tuple[int, ClientState | None]:
-        self.conn.send_bytes(b"G" + pickle.dumps((device_id, transport, address)))
-        key, state = self._reply()
-        return key, state
+        return self.register_many([(device_id, transport, address)])[0]
+
+    def register_many(self, devices: list[tuple[str, str, str]]) -> list[tuple[int, ClientState | None]]:
+        self.conn.send_bytes(b"G" + pickle.dumps(devices))
+        out: list[tuple[int, ClientState | None]] = self._reply()
+        return out
 
     def write(self, b: Batch) -> int:
         """One transaction in the child; returns once it is committed (and, with synchronous
@@ -175,7 +179,7 @@ def main() -> None:
                     Batch(segments, losses, boots, devices, [], commit_us, arrivals, events)
                 )
             elif op == b"G":
-                out = store.register(*pickle.loads(msg[1:]))
+                out = store.register_many(pickle.loads(msg[1:]))
             else:
                 raise ValueError("store writer: unknown request %r" % op)
         except Exception as e:

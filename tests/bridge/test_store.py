@@ -136,6 +136,11 @@ def test_store_process_writes_what_the_store_writes(tmp_path: Path, kind: str) -
     assert (
         dev2 == dev and state is not None and (state.n, state.arrival, state.counters) == (5, 3, {"polls": 2})
     )
+    # a bridge's start registers all its devices in one request and one transaction: the known one
+    # with its state, the new ones with new keys, in order
+    many = st.register_many([("e", "udp", "b"), ("d", "serial", "/dev/x"), ("f", "udp", "c")])
+    assert [(k, s is None) for k, s in many] == [(2, True), (1, False), (3, True)]
+    assert many[1][1] is not None and (many[1][1].n, many[1][1].arrival) == (5, 3)
     with pytest.raises(sqlite3.IntegrityError):  # a losses row with a NULL in a NOT NULL column
         st.write(
             Batch(losses=[(dev, 1, 7, 0, 0, 0, None, None, 0, None, 0, "")], devices=[snap], commit_us=11)
