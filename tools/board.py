@@ -52,6 +52,7 @@ from typing import Any
 
 import click
 
+from leadwire.tools.board_config import check_file
 from leadwire.tools.firmware_build import build, tool
 
 TRANSPORTS = ("udp", "serial", "both", "repl")
@@ -818,6 +819,8 @@ def board(
         else:
             if firmware or bootrom:
                 raise click.UsageError("--firmware and --bootrom are for --kind pico")
+            if config:  # unknown keys and wrong types: refused before the board directory is made
+                check_file(config)
             b = start_board(
                 transport,
                 heap=heap,

@@ -1,8 +1,15 @@
 """`leadwire flash`: compile the firmware and the core for a board, copy them with mpremote, write
 the device config, reset.
 
+    leadwire flash --config pico.json --new-key          (the one USB board here, its kind asked)
     leadwire flash --port /dev/ttyACM0 --board rp2 --config pico.json
     leadwire flash --port /dev/ttyUSB0 --board esp32 --dry-run --new-key
+
+The port: `--port auto` (the default) takes the one USB serial port there is, as mpremote's `auto`
+does, and refuses none or several in one line; a port path that does not exist is said as such.
+The board kind: without --board, the kind the board says it is (sys.platform); --board checks it.
+--config is checked against the firmware's settings (tools/board_config.py) before anything is
+written: an unknown key or a wrong type is one line naming it.
 
 Authentication (issue 6): the board's config.json gets the choice, one of
   --key HEX    that key (32..128 hex digits)
@@ -44,6 +51,8 @@ from pathlib import Path
 
 import click
 
+from leadwire.tools.board_config import BoardConfigError
+from leadwire.tools.board_config import check as check_board_config
 from leadwire.tools.firmware_build import CORE, MARCH, VIPER, BuildError, Item, build, compile_one, plan, tool
 
 # native architectures by their number in sys.implementation._mpy (bits 10 and up), as mpy-cross
@@ -223,7 +232,41 @@ def check_config(config: Path) -> dict:
         raise click.ClickException("config %s: %s" % (config, e)) from e
     if not isinstance(d, dict):
         raise click.ClickException("config %s: not a JSON object" % config)
+    try:
+        check_board_config(d)
+    except BoardConfigError as e:
+        raise click.ClickException("config %s: %s" % (config, e)) from None
     return d
+
+
+def kind_of(b: Board, port: str) -> str:
+    """The board kind for what the board said (its sys.platform)."""
+    for kind, platforms in PLATFORMS.items():
+        if b.platform in platforms:
+            return kind
+    raise click.ClickException(
+        "the board on %s is %s (%s): leadwire runs on %s"
+        % (port, b.platform, b.machine, ", ".join(PLATFORMS))
+    )
+
+
+def usb_ports() -> list[str]:
+    """The USB serial ports here (those with a USB vendor id), sorted."""
+    from serial.tools import list_ports
+
+    return sorted(p.device for p in list_ports.comports() if p.vid is not None)
+
+
+def find_port(port: str) -> str:
+    """--port: "auto" -> the one USB serial port there is (ClickException for none or several)."""
+    if port != "auto":
+        return port
+    ports = usb_ports()
+    if len(ports) == 1:
+        return ports[0]
+    if not ports:
+        raise click.ClickException("no board found: no USB serial port here (plug one in, or give --port)")
+    raise click.ClickException("%d USB serial ports here (%s): give --port" % (len(ports), ", ".join(ports)))
 
 
 def auth_config(d: dict, key: str | None, new_key: bool, no_auth: bool) -> tuple[dict, str | None]:
@@ -263,21 +306,39 @@ def auth_config(d: dict, key: str | None, new_key: bool, no_auth: bool) -> tuple
 
 
 @click.command()
-@click.option("--port", required=True, help="Serial port of the board (a virtual board's pty for unix).")
-@click.option("--board", "kind", type=click.Choice(sorted(MARCH)), required=True, help="Board kind.")
+@click.option(
+    "--port", default="auto", show_default=True, help="Serial port of the board (auto: the one USB port)."
+)
+@click.option(
+    "--board", "kind", type=click.Choice(sorted(MARCH)), help="Board kind (default: what the board says)."
+)
 @click.option("--config", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Device config.")
 @click.option("--dry-run", is_flag=True, help="Print the plan; touch nothing.")
 @click.option("--key", metavar="HEX", help="Auth key for the board (32..128 hex digits).")
 @click.option("--new-key", is_flag=True, help="A new random auth key; prints the bridge config line once.")
 @click.option("--no-auth", is_flag=True, help='Authentication off ("auth": false in config.json).')
 def flash(
-    port: str, kind: str, config: Path | None, dry_run: bool, key: str | None, new_key: bool, no_auth: bool
+    port: str,
+    kind: str | None,
+    config: Path | None,
+    dry_run: bool,
+    key: str | None,
+    new_key: bool,
+    no_auth: bool,
 ) -> None:
     """Ask the board its version and chip, compile firmware + core for it with mpy-cross, copy them,
     write config.json, reset."""
     d = check_config(config) if config is not None else {}
     dev, shown = auth_config(d, key, new_key, no_auth)
-    ask = [*mpremote_base(port, kind), "exec", ASK]
+    if dry_run and kind is None:
+        raise click.UsageError("--dry-run needs --board (a dry run does not ask the board)")
+    port = find_port(port)
+    # without --board: asked without a soft reset (`resume`), which every kind takes
+    ask = [
+        *(mpremote_base(port, kind) if kind else [tool("mpremote"), "connect", port, "resume"]),
+        "exec",
+        ASK,
+    ]
     with tempfile.TemporaryDirectory(prefix="leadwire-flash-") as tmp:
         stage = Path(tmp)
         given = config
@@ -305,6 +366,8 @@ def flash(
                 % (port, (out.strip().splitlines() or ["no output"])[-1])
             )
         click.echo("board: %s" % board)
+        if kind is None:
+            kind = kind_of(board, port)
         tgt = target(kind, port, board, cross_emits())
         if tgt.viper:
             try:  # mpy-cross may know the arch and still not emit viper code for it (rv64imc)
@@ -360,6 +423,9 @@ def run_step(
             said = line.strip() or said
         code = proc.wait(timeout=300)
     if code != 0 and not may_fail:
+        if "/" in port and not os.path.exists(port):
+            here = ", ".join(usb_ports()) or "none"
+            raise click.ClickException("no serial port %s (USB serial ports here: %s)" % (port, here))
         raise click.ClickException(
             "cannot reach the board on %s (mpremote, step %d of %d, exit %d): %s"
             % (port, i, n, code, said or "no output")

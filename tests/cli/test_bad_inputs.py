@@ -91,7 +91,9 @@ CASES: dict[str, tuple[dict[str, str], list[str], str]] = {
     "board bad heap": ({}, ["board", "--heap", "lots", "--no-build", "--dir", "b"], "heap"),
     "board bad port": ({}, ["board", "--port", "99999"], "--port"),
     # -- flash
-    "flash no port": ({}, ["flash", "--board", "rp2"], "--port"),
+    "flash dry run without board": ({}, ["flash", "--port", "p", "--dry-run", "--no-auth"], "--board"),
+    "flash config typo": ({"c.json": '{"rign": 1}'}, ["flash", "--port", "p", "--board", "rp2", "--config", "c.json",
+                                                      "--no-auth"], "rign: unknown key"),
     "flash bad board": ({}, ["flash", "--port", "p", "--board", "pic"], "--board"),
     "flash bad json": ({"c.json": "{"}, ["flash", "--port", "p", "--board", "rp2", "--config", "c.json"], "c.json"),
     "flash unreachable board": ({}, ["flash", "--port", "/dev/leadwire-none", "--board", "unix", "--no-auth"],
