@@ -42,6 +42,7 @@ from typing import Any
 import click
 
 from leadwire import auth, codec, framing, messages, wire
+from leadwire.bridge.rlimit import raise_nofile
 from leadwire.frames import FrameQueue
 from leadwire.reports import ReportSequence
 from leadwire.ring import EventRing
@@ -706,18 +707,6 @@ def serve_fast(
         ep.close()
         for s, _ in socks.values():
             s.close()
-
-
-def raise_nofile() -> None:
-    """Many devices need many sockets: lift the soft open-files limit to the hard one."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, ValueError, OSError):
-        pass
 
 
 @dataclass

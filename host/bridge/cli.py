@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +24,15 @@ def _load_or_exit(path: str) -> BridgeConfig:
         sys.exit(2)
 
 
-async def run_bridge(cfg: BridgeConfig, duration: float = 0.0) -> int:
+async def run_bridge(cfg: BridgeConfig, duration: float = 0.0, log_format: str | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or `duration`); the exit status: 0 a clean stop, 1 a failure while
+    running (a store that failed), 2 a resource the run needs (one line on stderr, nothing created)."""
     from . import logs
     from .daemon import Bridge
+    from .lock import StoreLocked
+    from .preflight import ResourceError
 
-    log = logs.setup(cfg.log_level)
+    log = logs.setup(cfg.log_level, fmt=log_format or cfg.log_format)
     bridge = Bridge(cfg, log)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -34,6 +40,9 @@ async def run_bridge(cfg: BridgeConfig, duration: float = 0.0) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await bridge.start()
+    except (ResourceError, StoreLocked) as e:
+        click.echo("leadwire: %s" % e, err=True)
+        return 2
     except OSError as e:
         logs.event(log, 40, "start_failed", error=str(e))
         await bridge.stop()
@@ -54,19 +63,37 @@ async def run_bridge(cfg: BridgeConfig, duration: float = 0.0) -> int:
 @click.option(
     "--duration", type=float, default=0.0, help="Stop after this many seconds (0: run until SIGTERM)."
 )
-def bridge(config_path: str, check: bool, duration: float) -> None:
-    """Run the bridge daemon: poll devices into the durable store (SIGTERM stops it cleanly)."""
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "text", "json"]),
+    default=None,
+    help="Log lines as text or JSON (default: [bridge] log_format; auto: text on a terminal).",
+)
+def bridge(config_path: str, check: bool, duration: float, log_format: str | None) -> None:
+    """Run the bridge daemon: poll devices into the durable store (SIGTERM stops it cleanly).
+
+    --check checks the config and what a run needs (the store path writable and free, the metrics
+    address, the UDP socket and a route to each UDP device, the serial ports), creating nothing."""
     cfg = _load_or_exit(config_path)
     if check:
+        from .preflight import check as preflight
+
+        problems, warnings = preflight(cfg)
+        for w in warnings:
+            click.echo("leadwire: warning: %s" % w, err=True)
+        for p in problems:
+            click.echo("leadwire: %s" % p, err=True)
+        if problems:
+            sys.exit(2)
         click.echo(
-            "config ok: %d devices (%d in shard %d/%d)"
+            "config ok: %d devices (%d in shard %d/%d); store, metrics, ports and routes checked"
             % (len(cfg.devices), len(cfg.my_devices()), *cfg.shard)
         )
         return
-    from leadwire.tools.simdevice import raise_nofile
+    from .rlimit import raise_nofile
 
     raise_nofile()
-    sys.exit(asyncio.run(run_bridge(cfg, duration)))
+    sys.exit(asyncio.run(run_bridge(cfg, duration, log_format)))
 
 
 def _store_path(config_path: str | None, store: str | None) -> str:
@@ -99,7 +126,28 @@ STATUS_COLUMNS = (
     ("auth_unsigned", "unsigned"),
     ("timeouts", "timeouts"),
     ("round_trips", "round trips"),
+    ("last_contact", "last contact"),
 )
+
+
+def ago(us: int | None, now_us: int) -> str:
+    """A last contact as people read it: "4s ago", "12m ago", "3h ago", "2d ago", or "never"."""
+    if us is None:
+        return "never"
+    s = max(0, (now_us - us) // 1_000_000)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return "%d%s ago" % (s // size, unit)
+    return "%ds ago" % s
+
+
+def last_contacts(conn: sqlite3.Connection) -> dict[int, int | None]:
+    """Each device's last valid answer (us since the epoch), as the bridge stored it (reach.py);
+    empty for a store written before the bridge kept it."""
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(devices)")}
+    if "last_seen_us" not in cols:
+        return {}
+    return dict(conn.execute("SELECT dev, last_seen_us FROM devices").fetchall())
 
 
 def status_rows(store_path: str) -> list[dict[str, Any]]:
@@ -109,6 +157,7 @@ def status_rows(store_path: str) -> list[dict[str, Any]]:
     with StoreReader(store_path) as r:
         ev = r.events_per_device()
         rp = r.reports_per_device()
+        seen = last_contacts(r.conn)
         out = []
         for d in sorted(r.devices(), key=lambda d: d.device_id):
             c = d.counters
@@ -120,6 +169,7 @@ def status_rows(store_path: str) -> list[dict[str, Any]]:
                 "n": d.n,
                 "events": ev.get(d.dev, 0),
                 "reports": rp.get(d.dev, 0),
+                "last_contact_us": seen.get(d.dev),
             }
             for name in CHANNEL_COUNTERS:
                 row[name] = sum(int(ch.get(name, 0)) for ch in c.get("channels", {}).values())
@@ -145,6 +195,9 @@ def status(config_path: str | None, store: str | None, as_json: bool) -> None:
         for r in rows:
             click.echo(json.dumps(r))
         return
+    now = time.time_ns() // 1000
+    for r in rows:
+        r["last_contact"] = ago(r["last_contact_us"], now)
     heads = [h for _, h in STATUS_COLUMNS]
     cells = [[str(r.get(k, 0)) for k, _ in STATUS_COLUMNS] for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]

@@ -12,6 +12,7 @@ that docs/bridge.md and docs/examples/bridge.toml agree with the code (tests/bri
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 import zlib
 from dataclasses import Field, dataclass, field, fields
@@ -87,6 +88,8 @@ class PollConfig:
     # periodic HELLO: catches restarts of devices with empty rings
     hello_interval: float = _setting(10.0, _P, (0.1, 86400.0))
     ack_timeout: float = _setting(1.0, _P, (0.01, 60.0))  # SUBSCRIBE not acknowledged within this: send again
+    # rounds in a row without a valid answer after which a device is reported unreachable (reach.py)
+    unreachable_rounds: int = _setting(5, _P, (1, 1000))
 
 
 @dataclass(frozen=True)
@@ -114,10 +117,14 @@ class BridgeConfig:
     bridge_id: str = _setting("bridge", "bridge", key="id")
     store: str = _setting("leadwire.db", "store", key="path")
     metrics: str = _setting("127.0.0.1:9464", "bridge")  # "" disables the endpoint
-    bind: str = _setting("127.0.0.1:0", "bridge")  # local UDP address the bridge polls from
+    # local UDP address the bridge polls from: every interface by default (a socket bound to
+    # 127.0.0.1 cannot send to a LAN address: EINVAL); a LAN address of one interface restricts it
+    bind: str = _setting("0.0.0.0:0", "bridge")
     log_level: str = _setting(
         "info", "bridge", choices=("debug", "info", "warning", "error"), quoted=False, lower=True
     )
+    # "auto": text on a terminal, JSON lines otherwise (logs.py)
+    log_format: str = _setting("auto", "bridge", choices=("auto", "text", "json"))
     commit_interval: float = _setting(0.05, "store", (0.001, 10.0))  # seconds between store commits (a batch)
     commit_rows: int = _setting(20000, "store", (1, 10_000_000))  # commit earlier at this many pending rows
     # "process": the store writes in a child process (rows over a pipe, its own GIL; dies with the
@@ -325,9 +332,21 @@ def _check(name: str, v: Any, base: Path | None) -> Any:
     if name == "store":
         if not v:
             raise ConfigError("store.path", "must not be empty")
-        if base is not None and v != ":memory:" and not Path(v).is_absolute():
-            return str(base / v)
+        if v != ":memory:" and not Path(v).is_absolute():
+            state = state_directory()
+            if state is not None:
+                return str(state / v)
+            if base is not None:
+                return str(base / v)
     return v
+
+
+def state_directory() -> Path | None:
+    """The service's state directory when systemd gives it one (``StateDirectory=``: the variable
+    STATE_DIRECTORY, colon-separated when several): relative store paths go there, not next to a
+    config file that ``ProtectSystem=strict`` makes read-only."""
+    first = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    return Path(first) if first else None
 
 
 def _poll(pl: dict[str, Any]) -> PollConfig:

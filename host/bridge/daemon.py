@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import errno
 import heapq
 import itertools
 import logging
@@ -35,12 +37,15 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from leadwire import codec, framing, messages, wire
+from leadwire.auth import TO_DEVICE, Endpoint
 
-from . import logs
+from . import logs, preflight
 from .client import Delivery, DeviceClient
 from .config import BridgeConfig, DeviceConfig, parse_address
+from .lock import StoreLock
 from .metrics import Histogram, make_registry, serve
 from .mqtt_forward import Forwarder
+from .reach import TICK, Reach, ReachMonitor
 from .store import GEN_INDEX, SEG_EVENT, Batch, Store, drain
 from .writer import StoreProcess
 
@@ -61,11 +66,19 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+IP_RECVERR = getattr(socket, "IP_RECVERR", 11)  # Linux: ICMP errors queued on the socket
+
+
 class _UdpSocket:
     """The one UDP socket of the bridge: non-blocking, read through the loop's selector.
 
     A wake-up reads every datagram already queued (up to ``burst``), not one per loop iteration
     as asyncio's datagram transport does; then the requests that became due go out together.
+
+    ICMP errors (a port or host unreachable) are queued on the socket (IP_RECVERR) and read back
+    with the address they were for (:meth:`_errors`), so a device with nothing listening on its
+    port says so (reach.py). With IP_RECVERR a pending error is also reported by the next sendto,
+    whatever its address: :meth:`sendto` then reads the queue and sends once more.
     """
 
     def __init__(self, bridge: Bridge, host: str, port: int, burst: int = 512) -> None:
@@ -78,7 +91,15 @@ class _UdpSocket:
                 self.sock.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
             except OSError:
                 pass
-        self.sock.bind((host, port))
+        try:
+            self.sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+        except OSError:
+            pass
+        try:
+            self.sock.bind((host, port))
+        except OSError:
+            self.sock.close()
+            raise
         self.unknown = 0
         self.send_errors = 0
         self.loop = asyncio.get_running_loop()
@@ -97,19 +118,45 @@ class _UdpSocket:
                 data, addr = recv(4096)
             except (BlockingIOError, InterruptedError):
                 break
-            except OSError:  # ICMP errors reported on the socket: the timeout handles them
+            except OSError:  # an ICMP error reported on the socket: read the queue
+                self._errors()
                 continue
             r = by_addr.get(addr)
             if r is None:
                 self.unknown += 1
+                self.bridge.from_unknown(addr)
                 continue
+            if r.suspect:
+                r.reach.inspect(data)
             r.on_datagram(data)
 
-    def sendto(self, data: bytes, addr: tuple[str, int]) -> None:
+    def _errors(self) -> None:
+        """Read the queued ICMP errors; each names the address its datagram was sent to."""
+        by_addr = self.bridge.by_addr
+        for _ in range(self.burst):
+            try:
+                _, anc, _, addr = self.sock.recvmsg(1, 512, socket.MSG_ERRQUEUE)
+            except OSError:
+                return
+            r = by_addr.get(addr)
+            if r is not None and anc and len(anc[0][2]) >= 4:
+                r.reach.on_icmp(int.from_bytes(anc[0][2][:4], "little"))  # sock_extended_err.ee_errno
+
+    def sendto(self, data: bytes, addr: tuple[str, int], runner: DeviceRunner) -> None:
         try:
             self.sock.sendto(data, addr)
-        except (BlockingIOError, InterruptedError, OSError):
-            self.send_errors += 1  # lost like a dropped datagram: the timeout handles it
+            return
+        except (BlockingIOError, InterruptedError) as e:
+            code = e.errno or errno.EAGAIN
+        except OSError as e:
+            self._errors()  # an ICMP error pending from an earlier datagram, or this send's own
+            try:
+                self.sock.sendto(data, addr)
+                return
+            except OSError as e2:
+                code = e2.errno or e.errno or 0
+        self.send_errors += 1  # lost like a dropped datagram: the timeout handles it
+        runner.on_send_error(code)
 
     def close(self) -> None:
         try:
@@ -120,12 +167,13 @@ class _UdpSocket:
 
 
 class _UdpLink:
-    def __init__(self, udp: _UdpSocket, addr: tuple[str, int]) -> None:
+    def __init__(self, udp: _UdpSocket, addr: tuple[str, int], runner: DeviceRunner) -> None:
         self.udp = udp
         self.addr = addr
+        self.runner = runner
 
     def send(self, data: bytes) -> None:
-        self.udp.sendto(data, self.addr)
+        self.udp.sendto(data, self.addr, self.runner)
 
     def close(self) -> None:
         pass
@@ -134,36 +182,40 @@ class _UdpLink:
 class _SerialLink:
     """A serial port read through the event loop (add_reader on its descriptor), COBS framed."""
 
-    def __init__(self, runner: DeviceRunner, port: str, baud: int) -> None:
+    def __init__(self, runner: DeviceRunner, port: str, baud: int, ser: Any = None) -> None:
         self.runner = runner
         self.port = port
         self.baud = baud
         self.ser: Any = None
         self.decoder = framing.StreamDecoder()
         self.loop = asyncio.get_running_loop()
+        if ser is not None:
+            self._adopt(ser)
 
     def open(self) -> bool:
+        """Open the port again (it vanished: a USB board unplugged); a failure is logged once per
+        distinct error, not per attempt."""
         if self.ser is not None:
             return True
-        import serial
-
         try:
-            self.ser = serial.serial_for_url(self.port, baudrate=self.baud, timeout=0, write_timeout=1)
-        except (serial.SerialException, OSError, ValueError) as e:
-            dev = self.runner.client.device_id
-            logs.event(
-                self.runner.bridge.log,
-                logging.WARNING,
-                "serial_open_failed",
-                device=dev,
-                port=self.port,
-                error=str(e),
-            )
+            ser = open_serial(self.port, self.baud)
+        except Exception as e:
+            reach = self.runner.reach
+            reach.open_error = str(e)
+            if reach.open_logged != reach.open_error:
+                reach.open_logged = reach.open_error
+                logs.event(self.runner.bridge.log, logging.WARNING, "serial_open_failed",
+                           device=self.runner.client.device_id, port=self.port, error=str(e))  # fmt: skip
             return False
+        self.runner.reach.open_error = self.runner.reach.open_logged = None
+        self._adopt(ser)
+        return True
+
+    def _adopt(self, ser: Any) -> None:
+        self.ser = ser
         self.decoder = framing.StreamDecoder()
         self.loop.add_reader(self.ser.fileno(), self._readable)
         self.ser.write(b"\x00")  # flush the device decoder's partial state (docs/protocol.md)
-        return True
 
     def _readable(self) -> None:
         try:
@@ -179,10 +231,14 @@ class _SerialLink:
         dec = self.decoder
         pos = 0
         end = len(data)
+        runner = self.runner
         while pos < end:
             pos = dec.scan(data, pos, end)
             if dec.ready > 0:
-                self.runner.on_datagram(bytes(dec.frame[: dec.ready]))  # raw bytes: auth needs them
+                frame = bytes(dec.frame[: dec.ready])  # raw bytes: auth needs them
+                if runner.suspect:
+                    runner.reach.inspect(frame)
+                runner.on_datagram(frame)
             elif dec.ready < 0:
                 self.runner.on_bad(-dec.ready)
         self.runner.bridge.sched.run_ready()
@@ -223,6 +279,21 @@ class DeviceRunner:
         self.sent = 0.0  # loop time the outstanding request went out
         self.due = 0.0  # loop time it was due (the timer wakes late: sent >= due)
         self.last_rx = 0.0  # loop time of the last frame received (a burst in progress keeps its deadline)
+        self.reach = Reach(client.device_id, cfg.transport, self.address, cfg.auth, client.dc)
+        self.suspect = True  # no valid answer yet, or silent for a round: what arrives is inspected
+
+    def on_send_error(self, code: int) -> None:
+        if self.reach.on_send_error(code):
+            logs.event(self.bridge.log, logging.WARNING, "send_failed", device=self.client.device_id,
+                       address=self.address, errno=code, error=os.strerror(code))  # fmt: skip
+
+    def probe(self) -> None:
+        """A POLL signed under a throwaway key: refused by the board (counted forged, as a wrong key's
+        HELLOs are), which answers with its boot HELLO while it has no session (reach.py)."""
+        ep = Endpoint(os.urandom(16), TO_DEVICE)
+        data = codec.encode(messages.poll_frame(0))
+        buf = bytearray(data) + bytes(wire.AUTH_SIZE)
+        self.link.send(bytes(buf[: ep.sign_into(buf, len(data))]))
 
     # -- input -------------------------------------------------------------------------
 
@@ -451,6 +522,7 @@ class Bridge:
         self.clients: dict[str, DeviceClient] = {}
         self.runners: dict[str, DeviceRunner] = {}
         self.by_addr: dict[tuple[str, int], DeviceRunner] = {}
+        self.by_ip: dict[str, list[DeviceRunner]] = {}  # for datagrams from a device's host, another port
         self._subs: dict[int, list[tuple[Callback, bool]]] = {}
         self.store: Store | StoreProcess | None = None
         self.pending_rows = 0
@@ -466,6 +538,7 @@ class Bridge:
         self.sched: Scheduler = None  # type: ignore[assignment]  # made in start() (needs the loop)
         self.store_conflicts = 0
         self._flusher: asyncio.Task[None] | None = None
+        self._serial_open: list[Any] = []
         self._metrics_stop: Callable[[], None] | None = None
         self._forwarder: Forwarder | None = None  # [mqtt]: publishes what is committed
         self._udp: _UdpSocket | None = None
@@ -475,6 +548,10 @@ class Bridge:
         self.flush_now = asyncio.Event()
         self.stopped = asyncio.Event()
         self._stopping = False
+        self._lock: StoreLock | None = None
+        self.monitor = ReachMonitor(self.log, cfg.poll.unreachable_rounds)
+        self._tick: asyncio.TimerHandle | None = None
+        self.seen: list[tuple[int, int]] = []  # (last_seen_us, dev) for the next commit
 
     # -- application API (spec 000) --------------------------------------------------------
 
@@ -506,28 +583,21 @@ class Bridge:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Take the resources (preflight.py's order: store path and lock, metrics, UDP socket, routes,
+        serial ports), then open the store. A resource that fails raises ResourceError (or
+        StoreLocked) with everything taken so far released and nothing created."""
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         self._flush_lock = asyncio.Lock()
         self._flushed = asyncio.Event()
         self.sched = Scheduler(self)
-        if cfg.store_writer == "process":
-            # started on the loop's thread (PR_SET_PDEATHSIG follows the thread that forked)
-            proc = StoreProcess(cfg.store, cfg.bridge_id, cfg.store_sync)
-            try:
-                self.store = await loop.run_in_executor(self._writer, proc.wait_ready)
-            except BaseException:
-                await loop.run_in_executor(self._writer, proc.close)
-                raise
-        else:
-            self.store = await loop.run_in_executor(
-                self._writer, _open_store, cfg.store, cfg.bridge_id, cfg.store_sync
-            )
         devices = cfg.my_devices()
-        udp = [d for d in devices if d.transport == "udp"]
-        if udp:
-            host, port = parse_address(cfg.bind, "bridge.bind")
-            self._udp = _UdpSocket(self, host, port)
+        try:
+            ports = self._take_resources(devices)
+            self.store = await self._open_store()
+        except BaseException:
+            self._release_resources()
+            raise
         deliver = bool(self._subs)
         addresses = [(d.id, d.transport, "%s:%d" % (d.host, d.port) if d.transport == "udp" else d.serial)
                      for d in devices]  # fmt: skip
@@ -536,18 +606,15 @@ class Bridge:
             client = DeviceClient(key, d, cfg.poll, state, deliver=deliver)
             r = DeviceRunner(self, client, d)
             if d.transport == "udp":
-                ip = _resolve(d.host, d.port)
+                ip = ports[d.id]
                 assert self._udp is not None
-                r.link = _UdpLink(self._udp, ip)
+                r.link = _UdpLink(self._udp, ip, r)
                 self.by_addr[ip] = r
+                self.by_ip.setdefault(ip[0], []).append(r)
             else:
-                r.link = _SerialLink(r, d.serial, d.baud)
-                r.link.open()
+                r.link = _SerialLink(r, d.serial, d.baud, ports[d.id])
             self.clients[d.id] = client
             self.runners[d.id] = r
-        if cfg.metrics:
-            mh, mp = parse_address(cfg.metrics, "bridge.metrics")
-            _, self._metrics_stop, self.metrics_port = serve(make_registry(self), mh, mp)
         if cfg.mqtt is not None:
             self._forwarder = Forwarder(cfg.mqtt, cfg.store, self.log)
             self._forwarder.start()
@@ -556,6 +623,85 @@ class Bridge:
         self._flusher = loop.create_task(self._flush_loop())
         # spread the first requests over one poll interval so 1,000 devices do not poll in lockstep
         self.sched.start(list(self.runners.values()), cfg.poll.interval / max(1, len(self.runners)))
+        self._tick = loop.call_later(TICK, self._look)
+
+    def _take_resources(self, devices: list[DeviceConfig]) -> dict[str, Any]:
+        """Lock, metrics server, UDP socket, routes and serial ports; returns each device's
+        resolved address (UDP) or open port (serial). Raises ResourceError / StoreLocked."""
+        cfg = self.cfg
+        if cfg.store != ":memory:":
+            preflight.check_store(cfg.store)
+            self._lock = StoreLock(cfg.store).acquire()
+        if cfg.metrics:
+            mh, mp = parse_address(cfg.metrics, "bridge.metrics")
+            try:
+                _, self._metrics_stop, self.metrics_port = serve(make_registry(self), mh, mp)
+            except OSError as e:
+                raise preflight.metrics_error(cfg.metrics, e) from None
+        out: dict[str, Any] = {}
+        udp = [d for d in devices if d.transport == "udp"]
+        if udp:
+            host, port = parse_address(cfg.bind, "bridge.bind")
+            try:
+                self._udp = _UdpSocket(self, host, port)
+            except OSError as e:
+                raise preflight.bind_error(cfg.bind, e) from None
+        for d in udp:
+            warning = preflight.check_route(cfg.bind, d)
+            if warning:
+                logs.event(self.log, logging.WARNING, "no_route", device=d.id, detail=warning)
+            out[d.id] = preflight.resolve_udp(d)
+        for d in devices:
+            if d.transport == "serial":
+                preflight.check_serial(d)
+                try:
+                    out[d.id] = open_serial(d.serial, d.baud)
+                except Exception as e:
+                    raise preflight.serial_error(d, e) from None
+                self._serial_open.append(out[d.id])
+        return out
+
+    def _release_resources(self) -> None:
+        """Undo _take_resources (a start that failed, or the end of stop())."""
+        for ser in self._serial_open:
+            with contextlib.suppress(Exception):
+                ser.close()
+        self._serial_open = []
+        if self._udp is not None:
+            self._udp.close()
+            self._udp = None
+        if self._metrics_stop is not None:
+            self._metrics_stop()
+            self._metrics_stop = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    async def _open_store(self) -> Store | StoreProcess:
+        cfg = self.cfg
+        loop = asyncio.get_running_loop()
+        if cfg.store_writer == "process":
+            # started on the loop's thread (PR_SET_PDEATHSIG follows the thread that forked)
+            proc = StoreProcess(cfg.store, cfg.bridge_id, cfg.store_sync)
+            try:
+                return await loop.run_in_executor(self._writer, proc.wait_ready)
+            except BaseException:
+                await loop.run_in_executor(self._writer, proc.close)
+                raise
+        return await loop.run_in_executor(self._writer, _open_store, cfg.store, cfg.bridge_id, cfg.store_sync)
+
+    def from_unknown(self, addr: tuple[str, int]) -> None:
+        """A datagram from an address no device has: evidence for the devices on that host."""
+        for r in self.by_ip.get(addr[0], ()):
+            r.reach.on_other_port(addr[1])
+
+    def _look(self) -> None:
+        """Every TICK: which devices answer (reach.py); their last contact goes to the store."""
+        if self._stopping:
+            return
+        items = [(r.reach, r.client.dc, r) for r in self.runners.values()]
+        self.seen.extend(self.monitor.tick(items, now_us()))
+        self._tick = asyncio.get_running_loop().call_later(TICK, self._look)
 
     async def _flush_loop(self) -> None:
         # Wakes on flush_now or after commit_interval. Not asyncio.wait_for around the wait, and
@@ -590,8 +736,9 @@ class Bridge:
         async with self._flush_lock:
             batch = Batch()
             drain(self.clients.values(), batch)
+            batch.seen, self.seen = self.seen, []
             self.pending_rows = 0
-            if not batch.devices:
+            if not batch.devices and not batch.seen:
                 self._flushed.set()
                 self.sched.resume()
                 return 0
@@ -636,6 +783,8 @@ class Bridge:
             await self.stopped.wait()
             return
         self._stopping = True
+        if self._tick is not None:
+            self._tick.cancel()
         if self.sched is not None:
             self.sched.stop()
         for r in self.runners.values():
@@ -646,6 +795,7 @@ class Bridge:
             self.flush_now.set()  # the flusher finishes a commit under way, if any, and returns
             await asyncio.gather(self._flusher, return_exceptions=True)
         if self.failed is None and self.store is not None:
+            self.seen.extend(self.monitor.unsaved([(r.reach, r.client.dc, r) for r in self.runners.values()]))
             try:
                 await self.flush()
             except Exception as e:
@@ -653,15 +803,13 @@ class Bridge:
                 self.log.exception("store_failed", extra={"fields": {"store": self.cfg.store}})
         for r in self.runners.values():
             r.link.close()
-        if self._udp is not None:
-            self._udp.close()
-        if self._metrics_stop is not None:
-            self._metrics_stop()
+        self._serial_open = []  # closed by their links
         if self.store is not None:
             await asyncio.get_running_loop().run_in_executor(self._writer, self.store.close)
         if self._forwarder is not None:  # publishes what the last commit stored, then disconnects
             await asyncio.get_running_loop().run_in_executor(self._writer, self._forwarder.stop)
         self._writer.shutdown(wait=True)
+        self._release_resources()
         failed = repr(self.failed) if self.failed else None
         logs.event(
             self.log,
@@ -678,10 +826,7 @@ def _open_store(path: str, bridge_id: str, synchronous: str = "full") -> Store:
     return Store(path, bridge_id, checkpoints=True, synchronous=synchronous)
 
 
-def _resolve(host: str, port: int) -> tuple[str, int]:
-    """The (ip, port) datagrams from this device come from (IPv4; what the socket reports)."""
-    try:
-        info = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)
-        return str(info[0][4][0]), port
-    except OSError:
-        return host, port
+def open_serial(port: str, baud: int) -> Any:
+    import serial
+
+    return serial.serial_for_url(port, baudrate=baud, timeout=0, write_timeout=1)

@@ -78,6 +78,7 @@ class BridgeCollector(Collector):
         yield g
         yield iv
         yield rec
+        yield from self._reach(list(b.runners.values()))
         yield CounterMetricFamily("leadwire_store_commits", "store transactions committed", value=b.commits)
         yield CounterMetricFamily("leadwire_store_arrivals", "arrival rows committed", value=b.rows_committed)
         yield GaugeMetricFamily("leadwire_devices", "devices polled by this bridge", value=len(clients))
@@ -89,6 +90,39 @@ class BridgeCollector(Collector):
         yield from self._histogram(
             "leadwire_commit_seconds", "duration of one store transaction", b.commit_time
         )
+
+    @staticmethod
+    def _reach(runners: list[Any]) -> Iterable[Any]:
+        """Per device: answering or not (reach.py), its last valid answer, its release."""
+        up = GaugeMetricFamily(
+            "leadwire_device_up",
+            "1 while the device answers; 0 after polling.unreachable_rounds silent rounds",
+            labels=["device"],
+        )
+        seen = GaugeMetricFamily(
+            "leadwire_device_last_seen_seconds",
+            "time of the device's last valid answer, seconds since the epoch (absent: none yet)",
+            labels=["device"],
+        )
+        info = GaugeMetricFamily(
+            "leadwire_device_info",
+            "1 per device, with its firmware, transport and board (from its HELLO) as labels",
+            labels=["device", "firmware", "transport", "board"],
+        )
+        sends = CounterMetricFamily(
+            "leadwire_send_errors", "requests the operating system refused to send", labels=["device"]
+        )
+        for r in runners:
+            c = r.client
+            up.add_metric([c.device_id], 1 if r.reach.up else 0)
+            if r.reach.last_seen_us is not None:
+                seen.add_metric([c.device_id], r.reach.last_seen_us / 1e6)
+            info.add_metric([c.device_id, c.firmware, r.cfg.transport, c.board], 1)
+            sends.add_metric([c.device_id], r.reach.send_errors)
+        yield up
+        yield seen
+        yield info
+        yield sends
 
     @staticmethod
     def _histogram(name: str, doc: str, h: Histogram) -> Iterable[Any]:

@@ -75,7 +75,8 @@ CREATE TABLE IF NOT EXISTS devices(
     board TEXT NOT NULL DEFAULT '',
     board_id TEXT NOT NULL DEFAULT '',
     counters TEXT NOT NULL DEFAULT '{}',
-    updated_us INTEGER
+    updated_us INTEGER,
+    last_seen_us INTEGER
 );
 """
     + _ARRIVALS_TABLE
@@ -142,6 +143,8 @@ class Batch:
     devices: list[tuple[Any, ...]] = field(default_factory=list)
     # (client, its push session when drained, ACKs): all of that session (a SUBSCRIBE clears them)
     acks: list[tuple[DeviceClient, int, list[bytes]]] = field(default_factory=list)
+    # (last_seen_us, dev): the last valid answer of devices (reach.py), a few seconds apart at most
+    seen: list[tuple[int, int]] = field(default_factory=list)
     commit_us: int = 0
     arrivals: int = 0  # rows in segments
     events: int = 0  # first arrivals of events among them
@@ -226,6 +229,7 @@ class Store:
         c.execute("PRAGMA cache_size=-65536")  # 64 MiB: every device's hot index pages stay cached
         migrated = with_tx(c, self._migrate)
         c.executescript(SCHEMA)
+        with_tx(c, self._add_columns)
         with_tx(c, lambda: self._meta(bridge_id))
         self.migrated_from = migrated
         self.commits = 0
@@ -238,6 +242,12 @@ class Store:
     def _meta(self, bridge_id: str) -> None:
         self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('bridge_id', ?)", (bridge_id,))
+
+    def _add_columns(self) -> None:
+        """Columns added to schema 2 after its first release (a store of an older bridge)."""
+        cols = {r[1] for r in self.conn.execute("PRAGMA table_info(devices)")}
+        if "last_seen_us" not in cols:
+            self.conn.execute("ALTER TABLE devices ADD COLUMN last_seen_us INTEGER")
 
     def _migrate(self) -> str | None:
         """Bring a schema 1 store (events + reports + arrivals tables) to schema 2, in place."""
@@ -361,6 +371,8 @@ class Store:
                 c.executemany("INSERT OR IGNORE INTO boots VALUES (?,?,?,?,?,?,?)", b.boots)
             if b.devices:
                 c.executemany(_DEVICE_UPDATE % b.commit_us, b.devices)
+            if b.seen:
+                c.executemany("UPDATE devices SET last_seen_us=? WHERE dev=?", b.seen)
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")

@@ -98,7 +98,9 @@ class StoreProcess:
     def write(self, b: Batch) -> int:
         """One transaction in the child; returns once it is committed (and, with synchronous
         "full", fsynced): only then does the daemon send the batch's ACKs."""
-        data = marshal.dumps((b.segments, b.losses, b.boots, b.devices, b.commit_us, b.arrivals, b.events))
+        data = marshal.dumps(
+            (b.segments, b.losses, b.boots, b.devices, b.commit_us, b.arrivals, b.events, b.seen)
+        )
         self.conn.send_bytes(b"W" + data)
         conflicts: int = self._reply()
         self.commits += 1
@@ -172,11 +174,11 @@ def main() -> None:
             break
         try:
             if op == b"W":
-                segments, losses, boots, devices, commit_us, arrivals, events = marshal.loads(
+                segments, losses, boots, devices, commit_us, arrivals, events, seen = marshal.loads(
                     memoryview(msg)[1:]
                 )
                 out: Any = store.write(
-                    Batch(segments, losses, boots, devices, [], commit_us, arrivals, events)
+                    Batch(segments, losses, boots, devices, [], seen, commit_us, arrivals, events)
                 )
             elif op == b"G":
                 out = store.register_many(pickle.loads(msg[1:]))

@@ -141,10 +141,13 @@ def test_key_key_file_and_auth_false(tmp_path: Path) -> None:
     (tmp_path / "keys").mkdir()
     (tmp_path / "keys" / "b.hex").write_text("  %s\n" % KEY.upper())  # whitespace and case are fine
     cfg = tmp_path / "bridge.toml"
+    port = tmp_path / "ttyX"  # --check looks for the port (a file is enough)
+    port.touch()
     cfg.write_text(
-        '[[device]]\nid = "a"\nudp = "127.0.0.1:1"\nkey = "%s"\n' % KEY
+        '[bridge]\nmetrics = ""\n'
+        + '[[device]]\nid = "a"\nudp = "127.0.0.1:1"\nkey = "%s"\n' % KEY
         + '[[device]]\nid = "b"\nudp = "127.0.0.1:2"\nkey_file = "keys/b.hex"\n'  # relative to the config
-        + '[[device]]\nid = "c"\nserial = "/dev/ttyX"\nauth = false\n'
+        + '[[device]]\nid = "c"\nserial = "%s"\nauth = false\n' % port
     )
     c = load(cfg)
     a, b, off = c.devices
@@ -152,7 +155,8 @@ def test_key_key_file_and_auth_false(tmp_path: Path) -> None:
     assert off.key is None and not off.auth
     assert KEY not in repr(c) and KEY not in str(c.devices) and KEY.upper() not in repr(c)
     r = CliRunner().invoke(main, ["bridge", "--config", str(cfg), "--check"])
-    assert r.exit_code == 0 and r.output == "config ok: 3 devices (3 in shard 0/1)\n"
+    assert r.exit_code == 0, r.output
+    assert r.output == "config ok: 3 devices (3 in shard 0/1); store, metrics, ports and routes checked\n"
     with pytest.raises(ConfigError) as e:
         parse({"device": [{"udp": "127.0.0.1:1", "key_file": "k"}]}, base=tmp_path)
     assert e.value.key == "device[0].key_file" and "not found" in e.value.problem
