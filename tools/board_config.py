@@ -9,7 +9,8 @@ The schema is read from the firmware, not written a second time:
   * firmware/lwboot.py's SPEC: the integer settings with their ranges ("path default low high"),
     the udp, serial and sensor settings, the top-level keys and the watchdog;
   * what the board modules (firmware/boards/*.py: serial(c), network(c)) and firmware/wlan.py read
-    from their object with ``c.get("key", ...)``: the serial and wlan keys.
+    from their object with ``c.get("key", ...)``: the serial and wlan keys; what firmware/lwsrc.py
+    reads from a sensor's "i2c" object (``d.get("key")``, ``d["key"]``).
 Those read keys get their types from TYPES below; tests/firmware/test_board_config.py fails when the
 firmware reads a key TYPES does not know.
 """
@@ -30,7 +31,9 @@ from leadwire.tools.firmware_build import FIRMWARE
 TYPES: dict[str, dict[str, type]] = {
     "serial": {"uart": int, "baud": int, "tx": int, "rx": int, "path": str},
     "wlan": {"ssid": str, "key": str, "tries": int, "wait": int, "country": str},
+    "i2c": {"bus": int, "sda": int, "scl": int, "freq": int, "addr": int, "reg": int, "n": int},
 }
+SOURCE_TYPES = {"adc": int, "call": str}  # a sensor's real source (lwsrc.read); "i2c": an object
 LINK_STRINGS = {"udp": ("bind", "host")}  # lwboot reads these strings from the udp object
 
 
@@ -54,7 +57,7 @@ class Schema:
     top: dict[str, Any]  # key -> IntSetting | a nested dict (health, alarm, report) | a kind name
     udp: dict[str, Any]
     serial: dict[str, Any]
-    sensor: dict[str, IntSetting]
+    sensor: dict[str, Any]  # IntSetting, or a real source's type (an i2c object: a dict)
     wlan: dict[str, type]
     max_sensors: int
 
@@ -87,8 +90,9 @@ def _const(name: str) -> int:
     return int(m.group(1))
 
 
-def read_keys(path: Path, functions: tuple[str, ...] = ()) -> set[str]:
-    """The keys a firmware module reads with c.get("key"...) (in the named functions, or all)."""
+def read_keys(path: Path, functions: tuple[str, ...] = (), var: str = "c") -> set[str]:
+    """The keys a firmware module reads from the object named `var` with var.get("key"...) or
+    var["key"] (in the named functions, or anywhere)."""
     tree = ast.parse(path.read_text())
     scopes = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in functions]
     out: set[str] = set()
@@ -99,11 +103,19 @@ def read_keys(path: Path, functions: tuple[str, ...] = ()) -> set[str]:
                 and isinstance(n.func, ast.Attribute)
                 and n.func.attr == "get"
                 and isinstance(n.func.value, ast.Name)
-                and n.func.value.id == "c"
+                and n.func.value.id == var
                 and n.args
                 and isinstance(n.args[0], ast.Constant)
             ):
                 out.add(n.args[0].value)
+            elif (
+                isinstance(n, ast.Subscript)
+                and isinstance(n.value, ast.Name)
+                and n.value.id == var
+                and isinstance(n.slice, ast.Constant)
+                and isinstance(n.slice.value, str)
+            ):
+                out.add(n.slice.value)
     return out
 
 
@@ -112,7 +124,7 @@ def firmware_reads() -> dict[str, set[str]]:
     boards = sorted((FIRMWARE / "boards").glob("*.py"))
     serial = set().union(*(read_keys(b, ("serial",)) for b in boards))
     wlan = set().union(*(read_keys(b, ("network",)) for b in boards), read_keys(FIRMWARE / "wlan.py"))
-    return {"serial": serial, "wlan": wlan}
+    return {"serial": serial, "wlan": wlan, "i2c": read_keys(FIRMWARE / "lwsrc.py", var="d")}
 
 
 @cache
@@ -120,16 +132,22 @@ def schema() -> Schema:
     spec = _spec()
     top = _ints(spec[_const("_SPSET")])
     top.update(_ints(spec[_const("_SPWDT")]))
-    keys = spec[_const("_SPKEYS")].split()  # id sensors udp serial wlan bind host key auth
-    for k in keys:
-        if k not in ("bind", "host"):  # the UDP object's (below), not top-level
+    # config.json's keys: up to _CADC the top level's (bind and host: the udp object's), then the
+    # keys of a sensor's real source up to _CCALL; after those, names that are not keys
+    keys = spec[_const("_SPKEYS")].split()
+    adc, call = _const("_CADC"), _const("_CCALL")
+    for k in keys[:adc]:
+        if k not in ("bind", "host"):
             top.setdefault(k, k)
     udp = {**_ints(spec[_const("_SPUDP")]), **dict.fromkeys(LINK_STRINGS["udp"], str)}
     reads = firmware_reads()
     serial = {**_ints(spec[_const("_SPSER")]), **{k: TYPES["serial"][k] for k in reads["serial"]}}
     del serial["port"]  # the serial part's "port 0 0 0" keeps SPEC's shape: a UART has none
     wlan = {k: TYPES["wlan"][k] for k in reads["wlan"]}
-    return Schema(top, udp, serial, _ints(spec[_const("_SPSENSOR")]), wlan, 8)
+    sensor: dict[str, Any] = _ints(spec[_const("_SPSENSOR")])
+    for k in keys[adc : call + 1]:
+        sensor[k] = {j: TYPES["i2c"][j] for j in reads["i2c"]} if k == "i2c" else SOURCE_TYPES[k]
+    return Schema(top, udp, serial, sensor, wlan, 8)
 
 
 def _type_name(t: type) -> str:
@@ -204,6 +222,7 @@ def _sensors(v: Any, s: Schema, d: dict[str, Any]) -> None:
     for i, sensor in enumerate(v):
         where = "sensors[%d]" % i
         _check_object(where + ".", sensor, s.sensor)
+        _source(where, sensor, [k for k in s.sensor if not isinstance(s.sensor[k], IntSetting)])
         ch = sensor.get("ch", s.sensor["ch"].default)
         if ch in taken:
             raise BoardConfigError(where + ".ch", "channel %d is taken (%s)" % (ch, taken[ch]))
@@ -211,6 +230,23 @@ def _sensors(v: Any, s: Schema, d: dict[str, Any]) -> None:
         size = sensor.get("size", s.sensor["size"].default)
         if isinstance(slot, int) and size > slot:
             raise BoardConfigError(where + ".size", "%d is above the slot size (%d)" % (size, slot))
+
+
+def _source(where: str, sensor: dict[str, Any], kinds: list[str]) -> None:
+    """A sensor's real source, as lwsrc.read takes it: one kind, i2c with its address (and sda and
+    scl both or neither), call as "module.function"."""
+    given = [k for k in kinds if k in sensor]
+    if len(given) > 1:
+        raise BoardConfigError(where, "give one source of %s, got %s" % (", ".join(kinds), ", ".join(given)))
+    i2c = sensor.get("i2c")
+    if i2c is not None:
+        if "addr" not in i2c:
+            raise BoardConfigError(where + ".i2c.addr", "missing: the device's address")
+        if ("sda" in i2c) != ("scl" in i2c):
+            raise BoardConfigError(where + ".i2c.sda", "give sda and scl both, or neither (the port's pins)")
+    call = sensor.get("call")
+    if call is not None and "." not in call:
+        raise BoardConfigError(where + ".call", 'must be "module.function", got %s' % json.dumps(call))
 
 
 def check_file(path: str | Path) -> dict[str, Any]:

@@ -26,18 +26,21 @@ def test_every_key_the_firmware_reads_has_a_type() -> None:
     assert reads == {
         "serial": {"uart", "baud", "tx", "rx", "path"},
         "wlan": {"ssid", "key", "tries", "wait", "country"},
+        "i2c": {"bus", "sda", "scl", "freq", "addr", "reg", "n"},
     }
     for part, keys in reads.items():
         assert keys <= set(board_config.TYPES[part]), part
 
 
-def test_the_documented_example_config_is_accepted() -> None:
-    text = (ROOT / "docs" / "firmware.md").read_text()
-    example = re.search(r"## Config \(`config.json` on the board\).*?```json\n(.*?)```", text, re.S)
-    assert example is not None
-    d = json.loads(example.group(1))
-    check(d)
-    assert set(d) == set(TOP.split(", ")) - {"auth"}  # the example shows every key but auth
+def test_the_documented_example_configs_are_accepted() -> None:
+    examples = re.findall(r"```json\n(\{.*?)```", (ROOT / "docs" / "firmware.md").read_text(), re.S)
+    configs = [json.loads(e) for e in examples]
+    configs = [c for c in configs if "sensors" in c]
+    assert len(configs) >= 2
+    for c in configs:
+        check(c)
+    assert set(configs[0]) == set(TOP.split(", ")) - {"auth"}  # the reference shows every key but auth
+    assert any("adc" in s for c in configs for s in c["sensors"])  # and the real sources
 
 
 @pytest.mark.parametrize(
@@ -56,7 +59,17 @@ def test_the_documented_example_config_is_accepted() -> None:
         ({"wlan": {"ssid": "lab", "password": "x"}},
          "wlan.password: unknown key (expected one of country, key, ssid, tries, wait)"),
         ({"sensors": {"ch": 1}}, 'sensors: must be a list of objects, got {"ch": 1}'),
-        ({"sensors": [{"ch": 1, "rate": 5}]}, "sensors[0].rate: unknown key (expected one of ch, hz, size)"),
+        ({"sensors": [{"ch": 1, "rate": 5}]},
+         "sensors[0].rate: unknown key (expected one of adc, call, ch, hz, i2c, size)"),
+        ({"sensors": [{"ch": 1, "adc": 0, "call": "m.f"}]},
+         "sensors[0]: give one source of adc, i2c, call, got adc, call"),
+        ({"sensors": [{"ch": 1, "i2c": {"bus": 0}}]}, "sensors[0].i2c.addr: missing: the device's address"),
+        ({"sensors": [{"ch": 1, "i2c": {"addr": 72, "sda": 4}}]},
+         "sensors[0].i2c.sda: give sda and scl both, or neither (the port's pins)"),
+        ({"sensors": [{"ch": 1, "i2c": {"addr": 72, "speed": 1}}]},
+         "sensors[0].i2c.speed: unknown key (expected one of addr, bus, freq, n, reg, scl, sda)"),
+        ({"sensors": [{"ch": 1, "call": "read"}]}, 'sensors[0].call: must be "module.function", got "read"'),
+        ({"sensors": [{"ch": 1, "adc": "GP26"}]}, 'sensors[0].adc: must be an integer, got "GP26"'),
         ({"sensors": [{"ch": 9}]}, "sensors[0].ch: channel 9 is taken (alarm)"),
         ({"sensors": [{"ch": 1}, {"ch": 1}]}, "sensors[1].ch: channel 1 is taken (sensors[0])"),
         ({"slot": 16, "sensors": [{"ch": 1, "size": 32}]}, "sensors[0].size: 32 is above the slot size (16)"),
