@@ -52,22 +52,20 @@ from typing import Any
 
 import click
 
+from leadwire import codec, framing, messages, wire
+from leadwire.bridge import logs
+from leadwire.bridge.accounting import Ledger, check_store
+from leadwire.bridge.config import parse
+from leadwire.bridge.daemon import Bridge
+from leadwire.bridge.store_reader import StoreReader
+from leadwire.ring import EventRing
+from leadwire.tools.benchkit import Proc, fmt, table
+from leadwire.tools.board import BoardError, start_board
+from leadwire.tools.firmware_build import build
+from leadwire.tools.procstat import cpu_seconds
+from leadwire.tools.testbed import tool
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "bench" / "peer_mqtt")]
-
-from lw_host import account  # noqa: E402  (the store's accounting: counted vs silent loss)
-from peer_mqtt_bench import Proc, fmt, table  # noqa: E402
-
-from leadwire import codec, framing, messages, wire  # noqa: E402
-from leadwire.bridge import logs  # noqa: E402
-from leadwire.bridge.config import parse  # noqa: E402
-from leadwire.bridge.daemon import Bridge  # noqa: E402
-from leadwire.bridge.store_reader import StoreReader  # noqa: E402
-from leadwire.ring import EventRing  # noqa: E402
-from leadwire.tools.board import BoardError, start_board  # noqa: E402
-from leadwire.tools.firmware_build import build  # noqa: E402
-from leadwire.tools.procstat import cpu_seconds  # noqa: E402
-from leadwire.tools.testbed import tool  # noqa: E402
 
 EVENT = 64  # event payload bytes (the sensor's size)
 CH = 1
@@ -235,9 +233,14 @@ def finish(res: dict[str, Any], db: Path, seconds: float) -> dict[str, Any]:
     for who in ("board", "bridge"):  # CPU microseconds per stored event
         cpu = res[who + "_cpu"]
         res[who + "_us"] = 1e6 * cpu / res["events_s"] if cpu is not None and res["events_s"] else None
-    acc = account(str(db))
-    res["silent_lost"] = acc.get("silent_lost", 0)
-    res["counted_lost"] = acc.get("counted_lost", 0)
+    with StoreReader(db) as r:  # the one accounting check, the store its own witness
+        led = Ledger()
+        for d in r.devices():
+            led.add(check_store(r, d.dev))
+    res["silent_lost"] = led.silent
+    res["counted_lost"] = led.lost
+    res["accounting_ok"] = led.ok
+    res["ledger"] = led.line()
     ef = res["rx"]["events_frames"]
     res["events_per_frame"] = res["counters"].get("events_stored", 0) / ef if ef else 0.0
     return res
@@ -812,7 +815,9 @@ def bench(a: Any) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     bad = [
-        r for r in res["udp_lw"] + res["serial"] + res["signed"] if r.get("silent_lost") or r.get("failed")
+        r
+        for r in res["udp_lw"] + res["serial"] + res["signed"]
+        if r.get("silent_lost") or r.get("failed") or not r.get("accounting_ok", True)
     ]
     if bad:
         log("goodput_bench: silent loss or a failed bridge: %s" % bad)

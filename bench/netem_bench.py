@@ -214,6 +214,7 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
     return {"system": "leadwire", "transport": transport, "size": size, "loss": loss, "offered_hz": hz,
             "code": "before" if code else "now", "rate": pmb.commit_rate(res["commits"]),
             "known_lost": st.get("counted_lost", 0), "silent_lost": st.get("silent_lost", 0),
+            "accounting_ok": st.get("accounting_ok", True), "ledger": st.get("ledger", ""),
             "received": st.get("events_all_channels", 0), "counters": res["counters"], "rto": res.get("rto"),
             "bridge_cpu_s": res["bridge_cpu_s"], "committed_in_window": res.get("committed_in_window"),
             "wall_s": res["wall_s"], "pipeline": pipeline, "ring": ring,
@@ -431,7 +432,10 @@ def loss_phases(
             print("(each point: the mean of %d runs per code, the codes' order swapped between them)\n"
                   % a.repeat)  # fmt: skip
         print(pmb.loss_report(sub), flush=True)
-        ok &= all(r["silent_lost"] == 0 for r in runs)
+        ok &= all(r["silent_lost"] == 0 and r.get("accounting_ok", True) for r in runs)
+        for r in runs:
+            if not r.get("accounting_ok", True):
+                print("accounting failed: %s" % r["ledger"], file=sys.stderr, flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(lw["ladders"], indent=1, default=str))
     return ok

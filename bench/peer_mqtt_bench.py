@@ -46,16 +46,16 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
-from typing import IO, Any
+from typing import Any
 
 import click
 
 from leadwire.tools import testbed
+from leadwire.tools.benchkit import Proc, fmt, ratio, table
 from leadwire.tools.procstat import cpu_seconds
 from leadwire.tools.testbed import need_tool as tool  # a missing one: what to install, exit 2
 
@@ -206,66 +206,6 @@ class Wire:
 
     def close(self) -> None:
         subprocess.run(["nft", "delete", "table", "inet", self.TABLE], capture_output=True)
-
-
-class Proc:
-    """A child process in its own process group, its stdout read line by line (JSON) in a thread."""
-
-    def __init__(
-        self,
-        cmd: list[str],
-        env: dict[str, str] | None = None,
-        stdin: bool = False,
-        stderr: IO[bytes] | None = None,
-    ) -> None:
-        self.p = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-            start_new_session=True,
-            text=True,
-        )
-        self.lines: list[dict[str, Any]] = []
-        self.raw: list[str] = []
-        self.progress = 0
-        self.progress_t = time.monotonic()
-        self._t = threading.Thread(target=self._read, daemon=True)
-        self._t.start()
-
-    def _read(self) -> None:
-        assert self.p.stdout is not None
-        for line in self.p.stdout:
-            self.raw.append(line)
-            try:
-                d = json.loads(line)
-            except ValueError:
-                continue
-            if "c" in d and len(d) == 1:
-                if d["c"] != self.progress:
-                    self.progress = d["c"]
-                    self.progress_t = time.monotonic()
-                continue
-            self.lines.append(d)
-
-    def wait_line(self, key: str, timeout: float) -> dict[str, Any]:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            for d in self.lines:
-                if key in d:
-                    return d
-            if self.p.poll() is not None and not self._t.is_alive():
-                break
-            time.sleep(0.01)
-        raise RuntimeError("no %r from %s: %s" % (key, self.p.args, "".join(self.raw[-5:])))
-
-    def close_stdin(self) -> None:
-        if self.p.stdin is not None:
-            self.p.stdin.close()
-
-    def kill(self) -> None:
-        testbed.stop_group(self.p, signal.SIGKILL, 5.0)  # the testbed's reaper: the group, then wait
 
 
 class Broker:
@@ -500,6 +440,8 @@ def lw_result(
         "known_lost": st.get("counted_lost", 0),
         "unknown_losses": st.get("unknown_losses", 0),
         "silent_lost": st.get("silent_lost", 0),
+        "accounting_ok": st.get("accounting_ok", True),
+        "ledger": st.get("ledger", ""),
         "ch1_missing_by_samples": st.get("ch1_missing_by_samples"),
         "duplicates": st.get("duplicates_flagged", 0),
         "dup_signalled": st.get("duplicates_flagged", 0),
@@ -636,29 +578,6 @@ def cpu_per_event(r: dict[str, Any]) -> tuple[float, tuple[float, float, float]]
         r["writer_cpu_s"] * 1e6 / n,
     )
     return sum(parts), parts
-
-
-def fmt(v: Any, digits: int = 0) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "n/a"
-        return "{:,.{d}f}".format(v, d=digits)
-    return "{:,}".format(v) if isinstance(v, int) else str(v)
-
-
-def ratio(a: float | None, b: float | None) -> str:
-    if a is None or b is None or not b or math.isnan(a) or math.isnan(b):
-        return "n/a"
-    return "%.2fx" % (a / b)
-
-
-def table(rows: list[list[str]]) -> str:
-    """A Markdown table (first row: header); numbers right-aligned."""
-    out = ["| " + " | ".join(rows[0]) + " |", "|---" + "|---:" * (len(rows[0]) - 1) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-    return "\n".join(out)
 
 
 def report(res: dict[str, Any]) -> str:
@@ -884,7 +803,14 @@ def inside(args: SimpleNamespace) -> int:
         if not args.only_lw:
             mqtt_runs(res, args, tmp, pubdir)
     write_results(res, args)
-    return 0
+    # every leadwire run ends with the one accounting check (leadwire.bridge.accounting, lw_host.py)
+    bad = [r for r in res["ladders"] if not r.get("accounting_ok", True)]
+    for r in bad:
+        log(
+            "peer_mqtt_bench: leadwire %d B loss %g @%d: %s"
+            % (r["size"], r["loss"], r["offered_hz"], r["ledger"])
+        )
+    return 1 if bad else 0
 
 
 def machine() -> str:

@@ -4,7 +4,8 @@ host/bridge/store_reader.py.
 
 The checker (:func:`check`, :func:`check_board`) takes each board's record as ground truth. Within a
 boot, offsets are consecutive from the start offset, so record i of a boot is offset start + i.
-Every generated event is put in exactly one class:
+The classes are the one accounting check's (leadwire.bridge.accounting.check_boot); every generated
+event is put in exactly one:
 
 =================  =================================================================================
 stored             in the store once, channel and payload byte-identical to the record
@@ -31,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from leadwire.bridge.accounting import Ledger, check_boot
 from leadwire.bridge.store_reader import LossRow, StoreReader
 from leadwire.tools.testbed import M32
 from leadwire.tools.testbed import format_table as _table
@@ -169,15 +171,6 @@ class Tally:
         )  # fmt: skip
 
 
-def _covered(lo: int, count: int, marks: bytearray, value: int) -> tuple[int, int]:
-    """Mark [lo, lo + count) with value where unmarked; returns (newly marked, already marked)."""
-    hi = min(lo + count, len(marks))
-    seg = marks[lo:hi]
-    taken = len(seg) - seg.count(0)
-    marks[lo:hi] = bytes([value]) * (hi - lo) if not taken else bytes(x or value for x in seg)
-    return hi - lo - taken, taken
-
-
 def check_board(
     r: StoreReader, name: str, trace: Trace, restarts_made: int = -1, final_cut: bool = False
 ) -> Tally:
@@ -227,43 +220,40 @@ def check_board(
             t.problems.append(
                 "boot %d (epoch %08x, %d events) never seen by the bridge" % (tb.boots, tb.epoch, n)
             )
-        # 1 stored, 2 lost (counted), 3 before contact; 0 unclassified so far
-        marks = bytearray(n)
-        last = _mark_stored(t, tb, marks, r.events(dev, tb.epoch))
-        last = max(last, _mark_losses(t, tb, marks, [x for x in losses if x.boot_epoch == tb.epoch]))
-        _tally_boot(t, tb, marks, last, cut=bi < len(boots) - 1 or final_cut)
+        rows = [x for x in losses if x.boot_epoch == tb.epoch]
+        _check_rows(t, tb, rows)
+        events = list(r.events(dev, tb.epoch))
+        _check_bytes(t, tb, events)
+        # the classes: the one accounting check (leadwire.bridge.accounting). A boot ended by a power
+        # cut keeps its tail past what the bridge stored or counted: pending there is died with boot
+        cut = bi < len(boots) - 1 or final_cut
+        stored = [e.offset for e in events]
+        polled = None
+        if cut:
+            ends = [tb.rel(o) for o in stored if tb.rel(o) < n]
+            ends += [tb.rel(x.n0) - 1 for x in rows if x.lost is None]
+            ends += [tb.rel((x.client_n + x.lost) & M32) for x in rows if x.lost]
+            polled = (tb.start + max([-1, *[e for e in ends if e < 0x80000000]])) & M32
+        led = check_boot(tb.start, tb.offset(n - 1) if n else None, stored, rows, polled)
+        _tally_boot(t, tb, led, cut)
     return t
 
 
-def _mark_stored(t: Tally, tb: TraceBoot, marks: bytearray, events: Any) -> int:
-    """Mark the boot's stored events (1), compared byte for byte with the record; the highest index."""
-    last = -1
-    n = len(marks)
+def _check_bytes(t: Tally, tb: TraceBoot, events: list[Any]) -> None:
+    """Stored events against the record, byte for byte (channel and payload)."""
+    n = len(tb)
     for e in events:
         i = tb.rel(e.offset)
-        if i >= n:
-            t.phantom += 1
-            t.problems.append("epoch %08x: stored offset %d was never generated" % (tb.epoch, e.offset))
-            continue
-        if marks[i]:
-            continue  # a duplicate: counted by stored_twice
-        marks[i] = 1
-        last = max(last, i)
-        if (e.channel, bytes(e.data) if isinstance(e.data, bytes) else None) != tb.record(i):
+        if i < n and (e.channel, bytes(e.data) if isinstance(e.data, bytes) else None) != tb.record(i):
             t.corrupted += 1
-    return last
 
 
-def _mark_losses(t: Tally, tb: TraceBoot, marks: bytearray, losses: list[LossRow]) -> int:
-    """Mark what the boot's loss rows account for: counted lost (2), before contact (3); the highest
-    index they reach."""
-    last = -1
-    n = len(marks)
-    head_done = False
-    for x in losses:
-        # the RECOVERY behind the row against the record: n1 was generated, and n0 was the oldest
-        # event held only if the ring was full (or nothing had left it yet): a loss the ring
-        # really had, not one the bridge made up
+def _check_rows(t: Tally, tb: TraceBoot, rows: list[LossRow]) -> None:
+    """The RECOVERY behind each row against the record: n1 was generated, and n0 was the oldest event
+    held only if the ring was full (or nothing had left it yet): a loss the ring really had, not one
+    the bridge made up."""
+    n = len(tb)
+    for x in rows:
         i0, i1 = tb.rel(x.n0), tb.rel(x.n1)
         held = i1 - i0 + 1
         if i1 >= n or (tb.capacity and (held > tb.capacity or (i0 and held != tb.capacity))):
@@ -271,54 +261,24 @@ def _mark_losses(t: Tally, tb: TraceBoot, marks: bytearray, losses: list[LossRow
                 "epoch %08x: %s row n0=%d n1=%d does not match the ring (%d generated, capacity %d)"
                 % (tb.epoch, x.cause, x.n0, x.n1, n, tb.capacity)
             )
-        if x.lost is None:  # restart / first contact: the head before n0 is unknowable to the host
-            if head_done:
-                continue
-            head_done = True
-            if i0 > n:
-                t.problems.append("epoch %08x: %s row n0=%d beyond the boot" % (tb.epoch, x.cause, x.n0))
-                continue
-            _, taken = _covered(0, i0, marks, 3)
-            if taken:
-                t.problems.append(
-                    "epoch %08x: %d events stored before the boot's first contact" % (tb.epoch, taken)
-                )
-            last = max(last, i0 - 1)
-            continue
         t.overruns += x.cause == "overrun"
-        lo = tb.rel((x.client_n + 1) & M32)
-        if lo + x.lost > n:
-            t.double_counted += lo + x.lost - n
-            t.problems.append(
-                "epoch %08x: loss row counts %d events never generated" % (tb.epoch, lo + x.lost - n)
-            )
-        _, taken = _covered(lo, x.lost, marks, 2)
-        if taken:
-            t.double_counted += taken
-            t.problems.append(
-                "epoch %08x: loss row (n=%d, lost %d) overlaps %d events already stored or counted"
-                % (tb.epoch, x.client_n, x.lost, taken)
-            )
-        last = max(last, lo + x.lost - 1)
-    return last
 
 
-def _tally_boot(t: Tally, tb: TraceBoot, marks: bytearray, last: int, cut: bool) -> None:
+def _tally_boot(t: Tally, tb: TraceBoot, led: Ledger, cut: bool) -> None:
     """The boot's classes into t (and its per-boot row); cut: the boot ended by a power cut."""
-    n = len(marks)
-    unmarked_before = marks[: last + 1].count(0)
-    tail = n - 1 - last if last < n else 0
-    pb = {"boot": tb.boots, "epoch": tb.epoch, "generated": n, "stored": marks.count(1),
-          "lost": marks.count(2), "before_contact": marks.count(3), "died_with_boot": tail if cut else 0,
-          "silent": unmarked_before + (0 if cut else tail),
+    tail = led.pending
+    pb = {"boot": tb.boots, "epoch": tb.epoch, "generated": led.generated, "stored": led.stored,
+          "lost": led.lost, "before_contact": led.before_contact, "died_with_boot": tail if cut else 0,
+          "silent": led.silent + (0 if cut else tail),
           "ended": "power cut" if cut else "run end"}  # fmt: skip
     t.per_boot.append(pb)
     for k in CLASSES:
         setattr(t, k, getattr(t, k) + pb[k])
+    t.phantom += led.phantom
+    t.double_counted += led.double
+    t.problems += ["epoch %08x: %s" % (tb.epoch, p) for p in led.problems]
     if tail and not cut:
         t.problems.append("epoch %08x: last %d events never stored (not drained)" % (tb.epoch, tail))
-    if unmarked_before:
-        t.problems.append("epoch %08x: %d events missing with no loss row" % (tb.epoch, unmarked_before))
 
 
 def check(db: Path, traces: dict[str, Trace], restarts_made: dict[str, int] | None = None) -> list[Tally]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from leadwire import messages
+from leadwire.bridge.accounting import check_store
 from leadwire.bridge.store_reader import StoreReader
 from leadwire.tools.testbed import HEALTH_CH, M32, SENSOR_CH, SimGroup
 
@@ -110,19 +111,23 @@ def check_sims(r: StoreReader, sims: list[Device], facts: dict[str, Facts]) -> t
         if f is None:
             failed.append("%s: not in the store" % d.id)
             continue
-        firsts = [n0 for _, _, n0, _, cause in f.losses if cause == "first_contact"]
-        before = (firsts[0] - d.start) & M32 if firsts else 0
-        f.before_contact = before
-        total = f.events + f.lost_exact + before
-        ok = total == gen and not bad_payload.get(d.id) and len(f.boots) == 1 and not f.restart_rows
+        # the one accounting check (leadwire.bridge.accounting): the simulator's own start and count
+        # against the store's events and loss rows; drained, so nothing may be pending
+        truth = {ep: (d.start, (d.start + gen - 1) & M32 if gen else None) for ep, _, _ in f.boots[:1]}
+        led = check_store(r, f.dev, truth)
+        f.before_contact = led.before_contact
+        ok = (led.ok and not led.pending and led.generated == gen and not bad_payload.get(d.id)
+              and len(f.boots) == 1 and not f.restart_rows)  # fmt: skip
         f.truth_ok = ok
-        f.truth = "%d = %d stored + %d lost + %d before contact" % (gen, f.events, f.lost_exact, before)
+        f.truth = "%d = %d stored + %d lost + %d before contact" % (
+            gen,
+            led.stored,
+            led.lost,
+            led.before_contact,
+        )
         if not ok:
-            f.truth = "MISMATCH generated %d != %d stored + %d lost + %d before contact%s" % (
-                gen,
-                f.events,
-                f.lost_exact,
-                before,
+            f.truth = "MISMATCH %s%s" % (
+                led.line(),
                 "; %d payloads wrong" % bad_payload[d.id] if bad_payload.get(d.id) else "",
             )
             failed.append("%s: %s" % (d.id, f.truth))

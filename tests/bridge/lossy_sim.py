@@ -72,8 +72,13 @@ class BusyLink(Link):
         # in order per direction, as on loopback and netem without reordering (a late one holds up
         # the ones after it, as a stalled host does)
         d = max(t0 + self.owd + r.random() * self.jitter + late, self.fifo.get(kind, 0.0) + 1e-6)
-        self.fifo[kind] = d
-        self.push(d, kind, data)
+        if self.faults.get("reorder") and r.random() < self.faults["reorder"]:
+            self.push(d + r.random() * 0.002, kind, data)  # out of order: after the ones behind it
+        else:
+            self.fifo[kind] = d
+            self.push(d, kind, data)
+        if self.faults.get("dup") and r.random() < self.faults["dup"]:
+            self.push(d + r.random() * 0.002, kind, data)
 
     def send(self) -> None:
         super().send()
@@ -125,7 +130,7 @@ class BusyLink(Link):
 
 def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: float = 0.5,
         owd: float = 0.0004, jitter: float = 0.0002, req_us: float = 30.0, ev_us: float | None = None,
-        step_us: float = 20.0, idle: float = 0.0, spike: float = 0.0,
+        step_us: float = 20.0, idle: float = 0.0, spike: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
         copies: bool = True, host_us: float = 0.0, host_ev_us: float = 0.0, stall: float = 0.0,
         stall_ms: float = 0.0, check_every: int = 0, **poll_kw: Any) -> dict[str, Any]:  # fmt: skip
     """One run: `rate` events/s of `size` bytes into a `ring`-slot ring for `window` s at `loss` each
@@ -167,7 +172,7 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
     base = {k: cl.dc[k] for k in ("timeouts", "overruns", "stale_answers", "polls")}
     link.idle_rto = 0.0
     losses_before = {id(r) for r in cl.out_losses}
-    link.faults = dict(CLEAN, loss=loss, spike=spike)
+    link.faults = dict(CLEAN, loss=loss, spike=spike, dup=dup, reorder=reorder)
     gen0 = core.generated
     while t < warm + window:
         carry += rate * dt

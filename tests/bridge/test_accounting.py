@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from leadwire import codec, wire
 from leadwire.bridge.accounting import AccountingError, check_boot, check_client, check_store, require
@@ -23,6 +25,8 @@ from leadwire.bridge.config import DeviceConfig, PollConfig
 from leadwire.bridge.store import Batch, Store, drain
 from leadwire.bridge.store_reader import LossRow, StoreReader
 from leadwire.tools.simdevice import SimCore
+
+from . import lossy_sim
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(60)
@@ -126,3 +130,31 @@ def test_held_frames_first_in_a_run_two_gaps_two_rows_nothing_silent(tmp_path: P
     acc = lw_host_account()(str(tmp_path / "lw.db"))
     got = (acc["silent_lost"], acc["counted_lost"], acc["events_all_channels"], acc["offset_span"])
     assert got == (0, 258, 170, 428)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    point=st.sampled_from([(64, 264, 300_000), (64, 264, 60_000), (256, 60, 100_000), (256, 60, 10_000)]),
+    loss=st.sampled_from([0.0, 0.01, 0.05, 0.2]),
+    dup=st.sampled_from([0.0, 0.05]),
+    reorder=st.sampled_from([0.0, 0.1]),
+    spike=st.sampled_from([0.0, 0.02]),
+    host=st.sampled_from([(0, 0, 0.0), (10, 10, 0.0), (30, 20, 0.01), (60, 40, 0.03)]),
+    follow=st.booleans(),
+)
+def test_property_bridge_client_overloaded_slow_host_exact_at_every_step(
+    seed: int, point: tuple[int, int, int], loss: float, dup: float, reorder: float, spike: float,
+    host: tuple[int, int, float], follow: bool,
+) -> None:  # fmt: skip
+    """The bridge client (DeviceClient) against a device far faster than it (the ring turning over
+    within a round trip at the top rates), over a link that loses, duplicates, reorders and delays
+    (late answers), with a host slow per frame, per event and in stalls of up to 20 ms (a loaded
+    machine, the store writer): after every frame the host reads, every offset the device made up to
+    the client's n is stored once or in one loss row (check_client); drained at the end, nothing
+    pending (lossy_sim.drain_and_account)."""
+    size, ring, rate = point
+    host_us, host_ev_us, stall = host
+    lossy_sim.run(size, ring, rate, loss, seed=seed, window=0.03, dup=dup, reorder=reorder, spike=spike,
+                  host_us=host_us, host_ev_us=host_ev_us, stall=stall, stall_ms=20, follow=follow,
+                  check_every=1)  # fmt: skip

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from leadwire import client as c
 from leadwire import codec, messages, wire
+from leadwire.bridge.accounting import check_boot, require
 from leadwire.hold import HoldingPollClient
 from leadwire.ring_host import HostRing
 
@@ -422,20 +423,54 @@ def test_a_frame_lost_before_a_pipelined_poll_costs_a_round_trip_not_an_event() 
     assert cl.received == 33 and cl.lost == 0 and cl.n == 132
 
 
-def pipelined_run(seed: int, capacity: int, start: int, hold: bool = False) -> c.PollClient:
+class Ledger:
+    """The one accounting check (leadwire.bridge.accounting.check_boot) on the core client after every
+    frame: the device's offsets against what the client took and its Loss records, in order."""
+
+    def __init__(self, dev: Device, cl: c.PollClient) -> None:
+        self.dev = dev
+        self.cl = cl
+        self.losses: dict[int, c.Loss] = {}
+
+    def check(self, got: list[int]) -> None:
+        cl = self.cl
+        for x in [*getattr(cl, "gap_losses", []), cl.loss]:
+            if x is not None and id(x) not in self.losses:
+                self.losses[id(x)] = x
+        gen = self.dev.generated
+        if not gen:
+            return
+        polled = None if cl.fresh else (cl.n - getattr(cl, "unproven", 0)) & 0xFFFFFFFF
+        led = check_boot(gen[0], gen[-1], got, list(self.losses.values()), polled)
+        if cl.fresh:
+            assert led.stored == led.lost == 0, led.line()
+            return
+        require(led)
+
+
+def pipelined_run(
+    seed: int, capacity: int, start: int, hold: bool = False, overload: bool = False
+) -> c.PollClient:
     """Pipelined bursts over a link that loses 8%, duplicates 5% and reorders 10% of the frames,
     with the ring overrunning; then a drain. Asserts the exact count; returns the client.
-    hold: frames ahead of a gap are kept and taken once it is filled (PollClient.hold)."""
+    hold: frames ahead of a gap are kept and taken once it is filled (PollClient.hold).
+    overload: the ring turns over within a round trip too, bursts go on past a RECOVERY (follow)
+    and a turnover hint as the bridge gives it, from none to several rings; the accounting is
+    checked after every frame."""
     rng = random.Random(seed)
     dev = Device(capacity=capacity, start=start)
     cl = HoldingPollClient() if hold else c.PollClient()
     cl.pipeline = True
+    cl.follow = overload and rng.random() < 0.5
+    ledger = Ledger(dev, cl)
     got: list[int] = []
     first: list[int] = []
     inflight: list[codec.Frame] = []
 
     def ask() -> None:
-        dev.emit(rng.choice([0, 1, 2, 5, capacity // 2, capacity + 3]))
+        dev.emit(rng.choice([0, 1, 2, 5, capacity // 2, capacity + 3, *([3 * capacity] if overload else [])]))
+        if overload:
+            cl.turnover = rng.choice([0, 0, 1, capacity // 2, capacity - 1, 2 * capacity])
         req = cl.next_request(rng.randint(1, 6), max_frames=rng.randint(1, 8))
         if rng.random() < 0.1:
             return  # the request is lost
@@ -458,6 +493,8 @@ def pipelined_run(seed: int, capacity: int, start: int, hold: bool = False) -> c
             got += [o for o, _, _ in data]
             if hold:
                 assert [e for _, evs in cl.taken for e in evs] == data  # the frames it came from
+        if overload:
+            ledger.check(got)
         if kind == c.RECOVER and data is not None and data.cause == c.FIRST_CONTACT:
             first.append(data.n0)
         answered = f.message_id == cl.tag and kind != c.STALE
@@ -473,6 +510,9 @@ def pipelined_run(seed: int, capacity: int, start: int, hold: bool = False) -> c
             first.append(data.n0)
         elif kind == c.NOTHING and not cl.fresh:
             break
+    if overload:
+        ledger.check(got)
+        assert cl.unproven == 0 if hold else True  # drained: the device got past every skip
     assert_exact(dev, cl, got, first)
     return cl
 
@@ -579,3 +619,20 @@ def test_a_chase_skip_never_lands_exactly_on_n1() -> None:
             got += [o for o, _, _ in data]
     assert cl.taken_back == 1 and got == list(range(43, 51)) and cl.n == 50
     assert cl.received == 9 and cl.lost == 32 and cl.received + cl.lost == 41  # 10..50, exactly
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    capacity=st.integers(2, 40),
+    start=st.integers(0, 2**32 - 1),
+    hold=st.booleans(),
+)
+def test_overload_every_event_stored_once_or_counted_at_every_step(
+    seed: int, capacity: int, start: int, hold: bool
+) -> None:
+    """A device far faster than the client (the ring turning over within a round trip), loss,
+    duplication and reordering, bursts going on past RECOVERYs and turnover skips up to past the
+    newest event: after every frame each offset the device made up to the client's n is taken
+    once or in exactly one Loss (leadwire.bridge.accounting.check_boot), not only at the end."""
+    pipelined_run(seed, capacity, start, hold=hold, overload=True)
