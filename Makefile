@@ -39,6 +39,9 @@ test: $(STAMP) lint check-java typecheck
 	@# the emulated Pico's rp2040js (tools/pico/package.json, pinned); without it the Pico tests skip
 	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tools/pico --no-audit --no-fund --loglevel=error >/dev/null \
 	  || echo "*** npm ci --prefix tools/pico failed: the emulated Pico tests will skip and say why" >&2; fi
+	@# Grafana's dashboard schema and tsc (tools/grafana/package.json, pinned): tests/bridge/test_grafana.py
+	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tools/grafana --no-audit --no-fund --loglevel=error >/dev/null \
+	  || echo "*** npm ci --prefix tools/grafana failed: the dashboard schema test will skip and say why" >&2; fi
 	$(BIN)/pytest -q
 
 # Firmware type check: firmware/ and shared/leadwire against the MicroPython board stubs, installed
