@@ -243,3 +243,29 @@ def test_the_real_firmware_wrong_key_and_auth_false_are_told_apart(tmp_path: Pat
     else:
         assert line["causes"] == ["signed"]
         assert "signed answers: the board has a key, this device has auth = false" in line["detail"]
+
+
+def test_a_serial_port_that_vanishes_is_one_warning_and_port_closed(tmp_path: Path) -> None:
+    async def main() -> tuple[Log, str, int]:
+        fleet = await SimFleet(1, rate=0, seed=8, serial=1).start()
+        lg = Log()
+        b = Bridge(bridge_config(tmp_path, fleet.describe()), lg.log)
+        await b.start()
+        r = next(iter(b.runners.values()))
+        await wait_for(lambda: r.reach.last_seen_us is not None)
+        fleet.links[0].close()  # the board unplugged: its pty is gone
+        await wait_for(lambda: not r.reach.up)
+        polls = r.client.dc["timeouts"]
+        await asyncio.sleep(0.5)  # the bridge goes on trying to open it
+        more = r.client.dc["timeouts"] - polls
+        await b.stop()
+        await fleet.stop()
+        return lg, r.address, more
+
+    lg, port, more = asyncio.run(main())
+    assert more >= 1
+    (failed,) = lg.events("serial_open_failed")  # once, not per attempt
+    assert (failed["level"], failed["port"]) == ("warning", port)
+    (line,) = lg.events("device_unreachable")
+    assert line["causes"] == ["port_closed"] and line["transport"] == "serial"
+    assert line["detail"].startswith("the serial port cannot be opened: ")
