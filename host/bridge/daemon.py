@@ -552,6 +552,7 @@ class Bridge:
         self.monitor = ReachMonitor(self.log, cfg.poll.unreachable_rounds)
         self._tick: asyncio.TimerHandle | None = None
         self.seen: list[tuple[int, int]] = []  # (last_seen_us, dev) for the next commit
+        self._reach_items: list[tuple[Reach, dict[str, int], DeviceRunner]] = []  # what the monitor looks at
 
     # -- application API (spec 000) --------------------------------------------------------
 
@@ -623,6 +624,7 @@ class Bridge:
         self._flusher = loop.create_task(self._flush_loop())
         # spread the first requests over one poll interval so 1,000 devices do not poll in lockstep
         self.sched.start(list(self.runners.values()), cfg.poll.interval / max(1, len(self.runners)))
+        self._reach_items = [(r.reach, r.client.dc, r) for r in self.runners.values()]
         self._tick = loop.call_later(TICK, self._look)
 
     def _take_resources(self, devices: list[DeviceConfig]) -> dict[str, Any]:
@@ -699,8 +701,7 @@ class Bridge:
         """Every TICK: which devices answer (reach.py); their last contact goes to the store."""
         if self._stopping:
             return
-        items = [(r.reach, r.client.dc, r) for r in self.runners.values()]
-        self.seen.extend(self.monitor.tick(items, now_us()))
+        self.seen.extend(self.monitor.tick(self._reach_items, now_us()))
         self._tick = asyncio.get_running_loop().call_later(TICK, self._look)
 
     async def _flush_loop(self) -> None:
@@ -795,7 +796,7 @@ class Bridge:
             self.flush_now.set()  # the flusher finishes a commit under way, if any, and returns
             await asyncio.gather(self._flusher, return_exceptions=True)
         if self.failed is None and self.store is not None:
-            self.seen.extend(self.monitor.unsaved([(r.reach, r.client.dc, r) for r in self.runners.values()]))
+            self.seen.extend(self.monitor.unsaved(self._reach_items))
             try:
                 await self.flush()
             except Exception as e:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import errno as errno_mod
 import logging
 import os
+from operator import itemgetter
 from typing import Any
 
 from leadwire import wire
@@ -44,7 +45,9 @@ from . import logs
 
 VALID = ("round_trips", "stale_answers", "reports_stored", "unsolicited", "error_frames")
 REFUSED = ("auth_forged", "auth_replayed", "auth_unsigned", "bad_frames", "crc_errors")
-TICK = 0.25  # s between looks at every device
+_valid = itemgetter(*VALID)
+_refused = itemgetter(*REFUSED)
+TICK = 0.5  # s between looks at every device: 1.3 ms a look at 1,000 answering devices, 0.6 idle
 _SIGNED = wire.F_AUTH << 4  # the flag bit in a frame's second byte
 _MAX_PORTS = 8  # other source ports remembered per device
 STORE_EVERY_US = 5_000_000  # a device's last contact goes to the store at most this often (and at stop)
@@ -74,7 +77,12 @@ class Reach:
         self.last_seen_us = last_seen_us
         self.stored_us = last_seen_us or 0  # the last contact the store has
         self.down_since_us = 0
-        self.valid = sum(counters[k] for k in VALID)
+        self.valid = sum(_valid(counters))
+        self.probed = False
+        self.signed = self.unsigned = 0
+        self.icmp: dict[int, int] = {}
+        self.other_ports: dict[int, int] = {}
+        self.sends_failed: dict[int, int] = {}
         self.reset(counters)
         self.send_errors = 0  # every failed send (the metric)
         # errnos already logged: once each until the device is reachable again after being down (the
@@ -84,15 +92,17 @@ class Reach:
         self.open_logged: str | None = None
 
     def reset(self, counters: dict[str, int]) -> None:
-        """A valid answer: the silent episode (if any) ends; its evidence starts from zero."""
+        """A valid answer: the silent episode (if any) ends; its evidence starts from zero. (Runs for
+        every answering device at every tick: nothing is allocated unless there was evidence.)"""
         self.timeouts0 = counters["timeouts"]
-        self.refused0 = {k: counters[k] for k in REFUSED}
-        self.probed = False
-        self.signed = 0  # frames with the auth flag seen while silent (inspect)
-        self.unsigned = 0
-        self.icmp: dict[int, int] = {}
-        self.other_ports: dict[int, int] = {}
-        self.sends_failed: dict[int, int] = {}
+        self.refused0 = _refused(counters)
+        if self.probed or self.signed or self.unsigned or self.icmp or self.other_ports or self.sends_failed:
+            self.probed = False
+            self.signed = 0  # frames with the auth flag seen while silent (inspect)
+            self.unsigned = 0
+            self.icmp = {}
+            self.other_ports = {}
+            self.sends_failed = {}
 
     # -- evidence, from the I/O layer ----------------------------------------------------
 
@@ -124,7 +134,7 @@ class Reach:
 
     def causes(self, counters: dict[str, int]) -> list[tuple[str, str]]:
         """(code, sentence) for every cause the silent episode shows; no_answer when none."""
-        d = {k: counters[k] - self.refused0[k] for k in REFUSED}
+        d = {k: now - then for k, now, then in zip(REFUSED, _refused(counters), self.refused0, strict=True)}
         out: list[tuple[str, str]] = []
         if self.sends_failed:
             errs = ", ".join(_err(e) for e in sorted(self.sends_failed))
@@ -179,7 +189,7 @@ class ReachMonitor:
         devices seen since the last tick, for the store."""
         seen: list[tuple[int, int]] = []
         for r, dc, runner in items:
-            valid = sum(dc[k] for k in VALID)
+            valid = sum(_valid(dc))
             if valid != r.valid:
                 r.valid = valid
                 r.last_seen_us = now_us
