@@ -7,7 +7,8 @@ Every shard is a process running this file on a JSON spec: it starts its bridge,
 waits for ``go`` on stdin (so all shards measure the same window), lets the fleet settle for
 ``warmup`` seconds, then measures for ``seconds``: the CPU of its own process and of its store
 writer process, the round trips, timeouts and events of its clients, and the time of every request
-each device got (the poll intervals). After a clean stop it prints one JSON line. The parent
+each device got (the poll intervals). After a clean stop it writes them as JSON beside its spec
+(``.out``). The parent
 measures the simulators' CPU over the same window and checks every store with this tree's
 host/bridge/accounting.py (``silent``: offsets neither stored nor counted lost, plus any stored
 twice, counted twice or never generated), whatever code wrote it.
@@ -79,10 +80,10 @@ def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: st
             sim = fleet.cpu_seconds() - sim0
             outs = []
             for w in workers:
-                out, _ = w.communicate(timeout=seconds + 300)
+                w.communicate(timeout=seconds + 300)
                 if w.returncode:
                     raise RuntimeError("a bridge shard failed (exit code %d)" % w.returncode)
-                o = json.loads(out.strip().splitlines()[-1])
+                o = json.loads((tmp / ("shard-%d.out" % len(outs))).read_text())
                 led, o["silent_devices"] = account(o["store"])  # this tree's check, whatever code wrote it
                 o["silent"] = led.silent + led.twice + led.double + led.phantom
                 outs.append(o)
@@ -258,8 +259,9 @@ def main() -> None:
     from leadwire.tools.simdevice import raise_nofile
 
     raise_nofile()
-    spec = json.loads(Path(sys.argv[1]).read_text())
-    print(json.dumps(asyncio.run(shard(spec))), flush=True)
+    path = Path(sys.argv[1])
+    out = asyncio.run(shard(json.loads(path.read_text())))
+    path.with_suffix(".out").write_text(json.dumps(out))
 
 
 if __name__ == "__main__":

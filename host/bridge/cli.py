@@ -69,7 +69,13 @@ async def run_bridge(cfg: BridgeConfig, duration: float = 0.0, log_format: str |
     default=None,
     help="Log lines as text or JSON (default: [bridge] log_format; auto: text on a terminal).",
 )
-def bridge(config_path: str, check: bool, duration: float, log_format: str | None) -> None:
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 64),
+    default=1,
+    help="Run the config as this many shard processes (bridge.shard i/K each; docs/bridge.md).",
+)
+def bridge(config_path: str, check: bool, duration: float, log_format: str | None, processes: int) -> None:
     """Run the bridge daemon: poll devices into the durable store (SIGTERM stops it cleanly).
 
     --check checks the config and what a run needs (the store path writable and free, the metrics
@@ -93,6 +99,14 @@ def bridge(config_path: str, check: bool, duration: float, log_format: str | Non
     from .rlimit import raise_nofile
 
     raise_nofile()
+    if processes > 1:
+        from . import shards
+
+        if cfg.shard != (0, 1):
+            click.echo("leadwire: --processes splits an unsharded config; bridge.shard is %d/%d" % cfg.shard,
+                       err=True)  # fmt: skip
+            sys.exit(2)
+        sys.exit(shards.run(cfg, processes, duration, log_format))
     sys.exit(asyncio.run(run_bridge(cfg, duration, log_format)))
 
 

@@ -130,10 +130,11 @@ class StoreProcess:
         self.proc.wait()
 
 
-def _die_with_parent() -> None:
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Linux: this process gets `sig` when the thread that started it ends (PR_SET_PDEATHSIG)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: the socket's EOF and the getppid() checks remain
 
@@ -148,7 +149,7 @@ def _error(e: BaseException) -> bytes:
 def main() -> None:
     fd, path, bridge_id, parent = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
     synchronous = sys.argv[5] if len(sys.argv) > 5 else "full"
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != parent:
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
