@@ -4,17 +4,23 @@
 //
 //   node pico.mjs --firmware RPI_PICO.uf2 --bootrom B1.bin --repl-fd 3 --uart0-fd 4
 //                 [--fs-image FILE] [--uid HEX16] [--speed 1]
+//                 [--wifi-ssid S --wifi-key K [--udp-forward PORT,..] [--lease SECONDS]]
 //
 // I/O: the launcher passes two connected stream sockets (fds): the USB CDC REPL and UART0 (GP0/GP1,
 // as a USB-UART adapter would see them); it joins each to a pty. Nothing here needs socat.
 // stdout: one JSON object per line, {"event": "usb", "boot": N} when the USB REPL has enumerated
 // after each boot (power-on, machine.reset(), watchdog), {"event": "reset", ...} when the board
 // resets itself, answers to commands. stderr: log lines.
+// With --wifi-ssid the board is a Pico W: an emulated CYW43439 on its gSPI pins (cyw43.mjs) and an
+// access point with a router and a UDP NAT on 127.0.0.1 in this process (wifi_ap.mjs); stdout then
+// starts with {"event": "wifi", "forwards": {"<board port>": "127.0.0.1:<host port>"}} and says
+// what the AP sees ({"event": "wlan", ...}); the RPI_PICO_W image keeps 848 KiB of littlefs.
 // stdin: one command per line: "power" (power cycle: a fresh chip, same flash), "clock" (answers
 // {"event": "clock", "nanos", "cycles", "instructions"}: the board's own time and CPU cycles),
 // "save" (write --fs-image now), "adc CH V1 V2 ..." (the next reads of ADC channel CH, 0..4 (4: the
 // temperature sensor), give the 12-bit values V1, V2, ... in order, the last one from then on;
-// answers {"event": "adc", "channel", "queued"}), "quit". EOF on stdin, SIGTERM or SIGINT: save and exit 0.
+// answers {"event": "adc", "channel", "queued"}), "quit"; Pico W: "ap off", "ap on", "lease-end", "wifi"
+// (answers {"event": "wifi-stats", ...}). EOF on stdin, SIGTERM or SIGINT: save and exit 0.
 //
 // What stock rp2040js lacks for this firmware, and is modelled here: the SPI NOR flash behind the
 // SSI (littlefs writes), a PL011 UART with FIFOs, line-rate timing, RX overruns and edge-triggered
@@ -27,15 +33,19 @@ import fs from 'node:fs';
 import net from 'node:net';
 import readline from 'node:readline';
 import { BasePeripheral, ConsoleLogger, LogLevel, RP2040, USBCDC } from 'rp2040js';
+import { Cyw43 } from './cyw43.mjs';
+import { WifiAp } from './wifi_ap.mjs';
 
 const FLASH_BYTES = 2 * 1024 * 1024; // RPI_PICO: W25Q16JV, 2 MiB
-// the littlefs region of the RPI_PICO build: the last 1408 KiB (MICROPY_HW_FLASH_STORAGE_BYTES)
-const FS_OFFSET = FLASH_BYTES - 1408 * 1024;
+// the littlefs region: the last 1408 KiB on RPI_PICO, 848 KiB on RPI_PICO_W (MICROPY_HW_FLASH_STORAGE_BYTES)
+let FS_OFFSET = FLASH_BYTES - 1408 * 1024;
 
 function parseArgs(argv) {
-  const o = { firmware: null, bootrom: null, replFd: null, uart0Fd: null, fsImage: null, uid: null, speed: 1 };
+  const o = { firmware: null, bootrom: null, replFd: null, uart0Fd: null, fsImage: null, uid: null, speed: 1,
+    wifiSsid: null, wifiKey: '', udpForward: '', lease: 3600 };
   const names = { '--firmware': 'firmware', '--bootrom': 'bootrom', '--repl-fd': 'replFd',
-    '--uart0-fd': 'uart0Fd', '--fs-image': 'fsImage', '--uid': 'uid', '--speed': 'speed' };
+    '--uart0-fd': 'uart0Fd', '--fs-image': 'fsImage', '--uid': 'uid', '--speed': 'speed',
+    '--wifi-ssid': 'wifiSsid', '--wifi-key': 'wifiKey', '--udp-forward': 'udpForward', '--lease': 'lease' };
   for (let i = 0; i < argv.length; i += 2) {
     const k = names[argv[i]];
     if (!k || i + 1 >= argv.length) throw new Error(`bad argument ${argv[i]}`);
@@ -47,6 +57,8 @@ function parseArgs(argv) {
   o.replFd = Number(o.replFd);
   o.uart0Fd = Number(o.uart0Fd);
   o.speed = Number(o.speed);
+  o.lease = Number(o.lease);
+  o.udpForward = o.udpForward ? o.udpForward.split(',').map(Number) : [];
   o.uid = o.uid ? Buffer.from(o.uid, 'hex') : crypto.randomBytes(8);
   if (o.uid.length !== 8) throw new Error('--uid: 16 hex digits');
   return o;
@@ -380,6 +392,9 @@ class Board {
     this.fsDirty = false;
     this.timer = null;
     this.idle = false;
+    this.ap = opts.wifiSsid === null ? null : new WifiAp({ ssid: opts.wifiSsid, key: opts.wifiKey,
+      lease: opts.lease, forwards: opts.udpForward, log, emit });
+    if (this.ap) FS_OFFSET = FLASH_BYTES - 848 * 1024;
   }
 
   loadFlash() {
@@ -422,6 +437,10 @@ class Board {
     m.peripherals[0x40038] = uarts[1];
     uarts[0].onHostDrained = () => this.uartSock.resume();
     this.core1Handshake(m);
+    if (this.ap) { // the MAC from the board's unique id, under the Raspberry Pi OUI of real Pico Ws
+      const mac = [0x28, 0xcd, 0xc1, ...this.opts.uid.subarray(5, 8)];
+      this.radio = new Cyw43(m, { radio: this.ap, mac, onWake: () => this.wake(), log });
+    }
     this.watchdog(m, keep);
     this.usb(m);
     this.adcValues(m);
@@ -583,6 +602,10 @@ function main() {
   const replSock = new net.Socket({ fd: opts.replFd, readable: true, writable: true });
   const uartSock = new net.Socket({ fd: opts.uart0Fd, readable: true, writable: true });
   const board = new Board(opts, replSock, uartSock);
+  if (board.ap) {
+    board.ap.ready.then((ports) => emit({ event: 'wifi', ssid: opts.wifiSsid,
+      forwards: Object.fromEntries(opts.udpForward.map((p, i) => [p, `127.0.0.1:${ports[i]}`])) }));
+  }
   let saver = null;
   let stopping = false;
   const quit = () => {
@@ -610,6 +633,9 @@ function main() {
       if (!(ch >= 0 && ch <= 4) || vs.some((v) => !(v >= 0 && v <= 4095))) log(`bad adc command ${JSON.stringify(cmd)}`);
       else { board.adcQueue[ch].push(...vs); emit({ event: 'adc', channel: ch, queued: board.adcQueue[ch].length }); }
     }
+    else if (board.ap && (cmd === 'ap off' || cmd === 'ap on')) board.ap.setOn(cmd === 'ap on');
+    else if (board.ap && cmd === 'lease-end') board.ap.endLeases();
+    else if (board.ap && cmd === 'wifi') emit({ event: 'wifi-stats', ap: board.ap.stats, chip: board.radio.stats });
     else log(`unknown command ${JSON.stringify(cmd)}`);
   });
   rl.on('close', quit); // the launcher is gone
