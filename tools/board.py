@@ -446,18 +446,31 @@ PICO_DIR = Path(__file__).resolve().parent / "pico"  # the Node harness (tools/p
 PICO_CACHE = Path.home() / ".cache" / "leadwire" / "firmware"
 PICO_UF2_ENV, PICO_BOOTROM_ENV = "LEADWIRE_PICO_UF2", "LEADWIRE_PICO_BOOTROM"
 PICO_UF2_NAME, PICO_BOOTROM_NAME = "RPI_PICO-v1.26.1.uf2", "rp2040-b1-bootrom.bin"
+PICO_W_UF2_ENV, PICO_W_UF2_NAME = "LEADWIRE_PICO_W_UF2", "RPI_PICO_W-v1.26.1.uf2"
+# The emulated Pico W's network (tools/pico/wifi_ap.mjs): the access point the launcher starts when
+# the board config has no "wlan" section, and the router's address: UDP the board sends to it
+# leaves as a datagram to 127.0.0.1 on the same port (a NAT), and the board's forwarded port is
+# reached at the host address in the launcher's JSON line.
+PICO_W_SSID, PICO_W_KEY = "leadwire-emu", "leadwire-emu-key"
+PICO_W_ROUTER = "192.168.4.1"
 
 
-def pico_files(firmware: str | Path | None = None, bootrom: str | Path | None = None) -> tuple[Path, Path]:
-    """The RPI_PICO UF2 and the RP2040 boot ROM: as given, else $LEADWIRE_PICO_UF2 /
-    $LEADWIRE_PICO_BOOTROM, else ~/.cache/leadwire/firmware/. FileNotFoundError (one line naming what
-    to download) when one is missing."""
-    uf2 = Path(firmware or os.environ.get(PICO_UF2_ENV) or PICO_CACHE / PICO_UF2_NAME)
+def pico_files(
+    firmware: str | Path | None = None, bootrom: str | Path | None = None, wifi: bool = False
+) -> tuple[Path, Path]:
+    """The RPI_PICO UF2 (`wifi`: RPI_PICO_W) and the RP2040 boot ROM: as given, else
+    $LEADWIRE_PICO_UF2 ($LEADWIRE_PICO_W_UF2) / $LEADWIRE_PICO_BOOTROM, else
+    ~/.cache/leadwire/firmware/. FileNotFoundError (one line naming what to download) when one is
+    missing."""
+    env, name, board = (
+        (PICO_W_UF2_ENV, PICO_W_UF2_NAME, "RPI_PICO_W") if wifi else (PICO_UF2_ENV, PICO_UF2_NAME, "RPI_PICO")
+    )
+    uf2 = Path(firmware or os.environ.get(env) or PICO_CACHE / name)
     rom = Path(bootrom or os.environ.get(PICO_BOOTROM_ENV) or PICO_CACHE / PICO_BOOTROM_NAME)
     if not uf2.is_file():
         raise FileNotFoundError(
-            "no MicroPython firmware at %s: download the RPI_PICO UF2 (v1.26.1) from "
-            "micropython.org/download/RPI_PICO and give --firmware or $%s" % (uf2, PICO_UF2_ENV)
+            "no MicroPython firmware at %s: download the %s UF2 (v1.26.1) from "
+            "micropython.org/download/%s and give --firmware or $%s" % (uf2, board, board, env)
         )
     if not rom.is_file():
         raise FileNotFoundError(
@@ -467,10 +480,12 @@ def pico_files(firmware: str | Path | None = None, bootrom: str | Path | None = 
     return uf2, rom
 
 
-def pico_missing(firmware: str | Path | None = None, bootrom: str | Path | None = None) -> str | None:
-    """Why an emulated Pico cannot run here (one line naming what to get), or None."""
+def pico_missing(
+    firmware: str | Path | None = None, bootrom: str | Path | None = None, wifi: bool = False
+) -> str | None:
+    """Why an emulated Pico (`wifi`: Pico W) cannot run here (one line naming what to get), or None."""
     try:
-        pico_files(firmware, bootrom)
+        pico_files(firmware, bootrom, wifi)
     except FileNotFoundError as e:
         return str(e)
     if shutil.which("node") is None:
@@ -490,17 +505,30 @@ class PicoBoard:
     `dir/console.log` as well (`console()`), so the agent's "leadwire: ready" is seen as on the unix
     boards. Time on the board is the emulator's: it never runs ahead of the wall clock and falls
     behind it when the CPU is busy (~0.4x); `clock()` gives the board's nanoseconds and CPU cycles.
+
+    With `wifi` ({"ssid", "key", "port"}) it is a Pico W (RPI_PICO_W image): an emulated CYW43439 and
+    an access point with that SSID and key; the board's UDP `port` is forwarded from a host port on
+    127.0.0.1 (`address`: what a bridge polls), and UDP the board sends to PICO_W_ROUTER:P reaches
+    127.0.0.1:P. `ap()` and `lease_end()` are the network's faults.
     """
 
-    kind = "pico"
-    transport = "serial"  # what the host polls: UART0
+    transport = "serial"  # what the host polls: UART0 (a Pico W: UDP too, at `address`)
     key: str | None = None  # auth is whatever `leadwire flash` wrote into the board's config.json
-    address = None
     udp_port = None
 
-    def __init__(self, board_dir: Path, firmware: Path, bootrom: Path, speed: float = 1.0) -> None:
+    def __init__(
+        self,
+        board_dir: Path,
+        firmware: Path,
+        bootrom: Path,
+        speed: float = 1.0,
+        wifi: dict[str, Any] | None = None,
+    ) -> None:
         self.dir = board_dir
         self.firmware, self.bootrom, self.speed = firmware, bootrom, speed
+        self.wifi = wifi
+        self.kind = "pico-w" if wifi else "pico"
+        self.address: tuple[str, int] | None = None
         uid = board_dir / "uid"  # the flash chip's unique id: machine.unique_id(), one per board
         if not uid.exists():
             uid.write_text(os.urandom(8).hex())
@@ -526,14 +554,21 @@ class PicoBoard:
         return self.proc.pid
 
     def info(self) -> dict[str, Any]:
-        return {
-            "kind": "pico",
+        out = {
+            "kind": self.kind,
             "transport": "serial",
             "port": self.port,
             "repl": self.repl,
             "pid": self.pid,
             "dir": str(self.dir),
         }
+        if self.wifi and self.address:
+            out.update(
+                transport="udp",
+                address="%s:%d" % self.address,
+                wlan={"ssid": self.wifi["ssid"], "key": self.wifi["key"]},
+            )
+        return out
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -602,6 +637,16 @@ class PicoBoard:
             "--speed",
             str(self.speed),
         ]
+        if self.wifi:
+            w = self.wifi
+            cmd += [
+                "--wifi-ssid",
+                w["ssid"],
+                "--wifi-key",
+                w["key"],
+                "--udp-forward",
+                str(w.get("port", 4210)),
+            ]
         with (self.dir / "emulator.log").open("ab") as err, _Spawning():
             self.proc = subprocess.Popen(
                 cmd,
@@ -623,6 +668,14 @@ class PicoBoard:
         if self._wait_event(lambda ev: ev.get("event") == "usb", timeout, start) is None:
             self.close()
             raise BoardError("the emulated Pico did not start (see %s)" % (self.dir / "emulator.log"))
+        if self.wifi and self.address is None:
+            ev = self._wait_event(lambda e: e.get("event") == "wifi", end - time.monotonic())
+            if ev is None:
+                raise BoardError(
+                    "the emulated Pico W's network did not start (see %s)" % (self.dir / "emulator.log")
+                )
+            host, port = next(iter(ev["forwards"].values())).rsplit(":", 1)
+            self.address = (host, int(port))
         if agent:
             self.wait_ready(end - time.monotonic())
 
@@ -662,6 +715,32 @@ class PicoBoard:
     def events(self) -> int:
         with self._cond:
             return len(self._events)
+
+    def wlan_events(self, start: int = 0) -> list[dict[str, Any]]:
+        """What the Pico W's access point saw since event number `start`: {"event": "wlan", "what":
+        "join" | "badauth" | "dhcp-ack" | "dhcp-nak" | "ap-off" | "ap-on" | "leases-ended", ...}."""
+        with self._cond:
+            return [e for e in self._events[start:] if e.get("event") == "wlan"]
+
+    def wait_wlan(self, what: str, timeout: float, start: int = 0) -> dict[str, Any] | None:
+        """The first access point event `what` after event number `start` (None: not in time)."""
+        return self._wait_event(lambda e: e.get("event") == "wlan" and e.get("what") == what, timeout, start)
+
+    def ap(self, on: bool) -> int:
+        """Pico W: the access point off (stations lose the link) or on again; the event number before."""
+        return self._command("ap on" if on else "ap off")
+
+    def lease_end(self) -> int:
+        """Pico W: every DHCP lease ends (the next renewal is refused); the event number before."""
+        return self._command("lease-end")
+
+    def wifi_stats(self, timeout: float = 10.0) -> dict[str, Any]:
+        """Pico W: the access point's and the chip's counters."""
+        n = self._command("wifi")
+        ev = self._wait_event(lambda e: e.get("event") == "wifi-stats", timeout, n)
+        if ev is None:
+            raise BoardError("the emulated Pico W does not answer")
+        return ev
 
     def clock(self, timeout: float = 10.0) -> dict[str, Any]:
         """The board's clock: {"nanos": emulated ns since power-on, "cycles": CPU cycles, ...}."""
@@ -704,6 +783,16 @@ class PicoBoard:
         self.close()
 
 
+def pico_w_network(config: dict[str, Any]) -> dict[str, Any]:
+    """The emulated Pico W's network for a board config: its "wlan" ssid and key (the launcher's
+    own, PICO_W_SSID / PICO_W_KEY, where it has none) and its UDP port (forwarded from the host)."""
+    w = config.get("wlan") if isinstance(config.get("wlan"), dict) else {}
+    udp = config.get("udp") if isinstance(config.get("udp"), dict) else {}
+    if w.get("ssid"):
+        return {"ssid": str(w["ssid"]), "key": str(w.get("key") or ""), "port": int(udp.get("port", 4210))}
+    return {"ssid": PICO_W_SSID, "key": PICO_W_KEY, "port": int(udp.get("port", 4210))}
+
+
 def start_pico(
     board_dir: str | Path | None = None,
     firmware: str | Path | None = None,
@@ -712,16 +801,18 @@ def start_pico(
     speed: float = 1.0,
     timeout: float = 30.0,
     agent: bool = False,
+    wifi: dict[str, Any] | None = None,
 ) -> PicoBoard:
     """Start an emulated Pico on `board_dir` (its flash; a new temporary directory if None); returns
-    when its USB REPL is up (`agent`: when the flashed agent says ready). The caller closes it."""
-    uf2, rom = pico_files(firmware, bootrom)
-    missing = pico_missing(uf2, rom)
+    when its USB REPL is up (`agent`: when the flashed agent says ready). `wifi` ({"ssid", "key",
+    "port"}): a Pico W (see PicoBoard). The caller closes it."""
+    uf2, rom = pico_files(firmware, bootrom, bool(wifi))
+    missing = pico_missing(uf2, rom, bool(wifi))
     if missing:
         raise BoardError(missing)
     d = Path(board_dir) if board_dir else Path(tempfile.mkdtemp(prefix="leadwire-pico-"))
     d.mkdir(parents=True, exist_ok=True)
-    b = PicoBoard(d, uf2, rom, speed)
+    b = PicoBoard(d, uf2, rom, speed, wifi)
     try:
         b.power_on(timeout, agent)
     except BaseException:
@@ -739,11 +830,13 @@ def _heap_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.command()
 @click.option(
     "--kind",
-    type=click.Choice(["unix", "pico"]),
+    type=click.Choice(["unix", "pico", "pico-w"]),
     default="unix",
     show_default=True,
     help="unix: the firmware on the MicroPython unix port; pico: an emulated Raspberry Pi Pico "
-    "running the official MicroPython rp2 UF2 (flash it with `leadwire flash --board rp2`).",
+    "running the official MicroPython rp2 UF2 (flash it with `leadwire flash --board rp2`); pico-w: "
+    "an emulated Pico W (RPI_PICO_W UF2) with an access point and a UDP NAT on 127.0.0.1 (--config: "
+    "the board config whose wlan ssid/key and udp port the network uses; else its own, in the JSON line).",
 )
 @click.option(
     "--transport",
@@ -772,8 +865,9 @@ def _heap_size(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option(
     "--firmware",
     type=click.Path(dir_okay=False),
-    help="pico: the RPI_PICO .uf2 (default $%s, else ~/.cache/leadwire/firmware/%s)."
-    % (PICO_UF2_ENV, PICO_UF2_NAME),
+    help="pico: the RPI_PICO .uf2 (default $%s, else ~/.cache/leadwire/firmware/%s); pico-w: the "
+    "RPI_PICO_W .uf2 (default $%s, else ~/.cache/leadwire/firmware/%s)."
+    % (PICO_UF2_ENV, PICO_UF2_NAME, PICO_W_UF2_ENV, PICO_W_UF2_NAME),
 )
 @click.option(
     "--bootrom",
@@ -816,9 +910,18 @@ def board(
                     "`leadwire flash --board rp2 --config FILE`)"
                 )
             b = start_pico(board_dir, firmware, bootrom)
+        elif kind == "pico-w":
+            if no_build or key or udp_port or heap != "64K" or transport != "udp":
+                raise click.UsageError(
+                    "--kind pico-w takes --dir, --config, --firmware and --bootrom only (its config.json "
+                    "comes from `leadwire flash --board rp2 --config FILE`)"
+                )
+            if config:
+                check_file(config)
+            b = start_pico(board_dir, firmware, bootrom, wifi=pico_w_network(_load_config(config)))
         else:
             if firmware or bootrom:
-                raise click.UsageError("--firmware and --bootrom are for --kind pico")
+                raise click.UsageError("--firmware and --bootrom are for --kind pico and pico-w")
             if config:  # unknown keys and wrong types: refused before the board directory is made
                 check_file(config)
             b = start_board(
@@ -843,14 +946,14 @@ def board(
     if key == "auto":
         info["key"] = b.key  # the operator asked for a new key: shown once, here only
     print(json.dumps(info), flush=True)
-    if kind == "pico" or transport != "repl":
+    if kind.startswith("pico") or transport != "repl":
         print("console: %s" % (b.dir / "console.log"), file=sys.stderr, flush=True)
     while b.alive() and not stopping.wait(0.1):
         pass
     assert b.proc is not None
     code = b.proc.poll()
     b.close()
-    if board_dir is None and (kind == "pico" or transport != "repl"):
+    if board_dir is None and (kind.startswith("pico") or transport != "repl"):
         shutil.rmtree(b.dir, ignore_errors=True)
     if stopping.is_set():
         sys.exit(0)

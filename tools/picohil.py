@@ -23,8 +23,6 @@ from typing import Any
 
 from .board import PicoBoard, start_pico
 
-NO_WIFI = "UDP needs Wi-Fi: the emulated Pico has no CYW43 radio (rp2040js does not model it)"
-
 
 class RawRepl:
     """MicroPython's raw REPL on a serial port (what mpremote speaks), just enough to run a few
@@ -87,10 +85,11 @@ def configure(board: PicoBoard, config: dict[str, Any], timeout: float = 60.0) -
     board.reset_wait(n, timeout)
 
 
-def flashed_pico(board_dir: Path, config: dict[str, Any]) -> PicoBoard:
-    """An emulated Pico on `board_dir`, flashed with `leadwire flash --board rp2 --config ... --no-auth`
-    (exactly as a user flashes a real one) and running the agent."""
-    board = start_pico(board_dir)
+def flashed_pico(board_dir: Path, config: dict[str, Any], wifi: dict[str, Any] | None = None) -> PicoBoard:
+    """An emulated Pico (`wifi`: a Pico W on that network, see PicoBoard) on `board_dir`, flashed
+    with `leadwire flash --board rp2 --config ... --no-auth` (exactly as a user flashes a real one)
+    and running the agent."""
+    board = start_pico(board_dir, wifi=wifi)
     try:
         cfg = board_dir / "flash-config.json"
         cfg.write_text(json.dumps(config))

@@ -11,7 +11,9 @@ tests/hil/board_config.json`): tests that need another config, or a power cycle 
 --board-reset, skip on real hardware.
 
 The emulated Pico (tools/picohil.py) needs the RPI_PICO UF2, the RP2040 boot ROM and tools/pico's
-npm packages; without them its tests skip naming what to get. `pico-udp` always skips: no Wi-Fi.
+npm packages; without them its tests skip naming what to get. `pico-udp` is the same suite over
+Wi-Fi: the RPI_PICO_W image on the emulated Pico W (an emulated CYW43439 and access point,
+tools/pico), polled over UDP through the access point's NAT; it skips naming the image when absent.
 """
 
 from __future__ import annotations
@@ -27,8 +29,16 @@ from typing import Any
 
 import pytest
 
-from leadwire.tools.board import PicoBoard, VirtualBoard, pico_missing, start_board
-from leadwire.tools.picohil import NO_WIFI, configure, flashed_pico
+from leadwire.tools.board import (
+    PICO_W_KEY,
+    PICO_W_ROUTER,
+    PICO_W_SSID,
+    PicoBoard,
+    VirtualBoard,
+    pico_missing,
+    start_board,
+)
+from leadwire.tools.picohil import configure, flashed_pico
 from leadwire.tools.wireclient import Client, SerialLink, UdpLink
 
 HERE = Path(__file__).resolve().parent
@@ -43,6 +53,9 @@ PICO_LONG = {
     "test_burst_from_outside_the_ring_is_one_recovery",
 }
 BASE_CONFIG: dict[str, Any] = json.loads((HERE / "board_config.json").read_text())
+# the emulated Pico W's network, and the config it is flashed with (the suite's, joining it)
+PICO_W_NET = {"ssid": PICO_W_SSID, "key": PICO_W_KEY, "port": BASE_CONFIG["udp"]["port"]}
+PICO_W_WLAN = {"wlan": {"ssid": PICO_W_SSID, "key": PICO_W_KEY}}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,7 +78,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if port:
             metafunc.parametrize("transport", ["serial" if port.startswith("/") else "udp"])
         else:
-            # the emulated Pico serves on UART0 ("pico"); its UDP link needs a radio ("pico-udp": skips)
+            # the emulated Pico serves on UART0 ("pico"), the emulated Pico W on Wi-Fi ("pico-udp")
             metafunc.parametrize("transport", ["udp", "serial", "pico", "pico-udp"])
 
 
@@ -107,6 +120,15 @@ class Dut:
                 if sensor["hz"] > 50:
                     sensor["hz"] = max(50, round(sensor["hz"] * self.pace))
             self.config = config
+            self.board = pico
+            if transport == "pico-udp":  # over Wi-Fi: the boot HELLO to this client, via the router
+                udp = UdpLink(("127.0.0.1", 0))
+                host = "%s:%d" % (PICO_W_ROUTER, udp.sock.getsockname()[1])
+                self.config = config = merged(config, {**PICO_W_WLAN, "udp": {"host": host}})
+                configure(pico, config)
+                udp.address = pico.address
+                self.client = Client(udp)
+                return
             assert pico.port is not None
             # the board is shared between tests: what its last session sent unread is in the pty
             # (a test read a stale report's fragment 0 from it, the rest at +0 ms: CI failure)
@@ -114,7 +136,6 @@ class Dut:
             link.flush()
             configure(pico, config)
             link.skip_to_hello(10 * self.slow)
-            self.board = pico
             self.client = Client(link)
         elif real is None:
             link: UdpLink | SerialLink
@@ -188,6 +209,20 @@ def pico_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PicoBoard]:
         board.close()
 
 
+@pytest.fixture(scope="session")
+def picow_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PicoBoard]:
+    """One emulated Pico W for the session on its own access point, flashed once with `leadwire
+    flash --board rp2` with the suite's config and the network's SSID and key."""
+    why = pico_missing(wifi=True)
+    if why:
+        pytest.skip(why)
+    board = flashed_pico(tmp_path_factory.mktemp("picow"), merged(BASE_CONFIG, PICO_W_WLAN), PICO_W_NET)
+    try:
+        yield board
+    finally:
+        board.close()
+
+
 @pytest.fixture
 def open_dut(request: pytest.FixtureRequest) -> Iterator[Callable[..., Dut]]:
     """open_dut(transport, **config overrides) -> a booted board with a client (closed after)."""
@@ -204,11 +239,12 @@ def open_dut(request: pytest.FixtureRequest) -> Iterator[Callable[..., Dut]]:
     def make(transport: str, **overrides: Any) -> Dut:
         if real is not None and overrides:
             pytest.skip("needs a board flashed with a different config: %r" % (overrides,))
-        if transport == "pico-udp":
-            pytest.skip(NO_WIFI)
-        if transport == "pico" and request.node.originalname in PICO_LONG and not os.environ.get(PICO_FULL):
+        long = request.node.originalname in PICO_LONG and not os.environ.get(PICO_FULL)
+        if transport == "pico" and long:
             pytest.skip("long on the emulated Pico (~0.3x real time): %s=1 runs it" % PICO_FULL)
-        pico = request.getfixturevalue("pico_board") if transport == "pico" else None
+        pico = None
+        if transport.startswith("pico"):
+            pico = request.getfixturevalue("pico_board" if transport == "pico" else "picow_board")
         d = Dut(transport, merged(BASE_CONFIG, overrides), real, pico)
         made.append(d)
         return d

@@ -102,7 +102,7 @@ def test_hello_after_boot_and_on_request(open_dut: Open, transport: str) -> None
         assert (h0.boots, h0.board, h0.firmware, h0.board_id) == (1, d.kind, "0.1.0", "hil-1")
     h = c.hello()
     assert (h.capacity, h.slot_size) == (256, 16)
-    assert h.frame_size == (256 if transport == "udp" else 128)
+    assert h.frame_size == (256 if transport.endswith("udp") else 128)
     if d.virtual:
         assert h == h0  # same boot: same epoch, same fields
         assert c.hello() == h
@@ -184,7 +184,7 @@ def test_batched_polls(open_dut: Open, transport: str) -> None:
     c = d.client
     d.sleep(0.5)
     n0, _ = first_range(c)
-    frame = 256 if transport == "udp" else 128
+    frame = 256 if transport.endswith("udp") else 128
     f = c.poll(add(n0, -1), 255)  # as many as the frame holds
     assert f.type == wire.EVENTS and f.seq == n0
     raw = codec.encode(f)
@@ -206,7 +206,7 @@ def test_batched_polls(open_dut: Open, transport: str) -> None:
 def test_overrun_recovery_counts_lost_events_exactly(open_dut: Open, transport: str) -> None:
     sensors = [{"ch": 1, "hz": 400, "size": 16}, {"ch": 2, "hz": 100, "size": 12}]
     ring = 256
-    if transport == "pico":  # 50 events/s, which its polls outpace, into a 64-event ring
+    if transport.startswith("pico"):  # 50 events/s, which its polls outpace, into a 64-event ring
         sensors, ring = [{"ch": 1, "hz": 40, "size": 16}, {"ch": 2, "hz": 10, "size": 12}], 64
     d = open_dut(transport, sensors=sensors, health={"ms": 0}, ring=ring)
     c = d.client
@@ -415,6 +415,8 @@ def test_bad_frames_counted_and_agent_alive(open_dut: Open, transport: str) -> N
     ]
     for b in bad:
         c.send_raw(b)
+        if transport == "pico-udp":  # the official rp2 image's lwIP socket keeps 4 datagrams
+            d.sleep(0.05)  # (MicroPython's LWIP_INCOMING_PACKET_QUEUE_LEN): more at once never arrive
     expected = len(bad)
     if isinstance(c.link, SerialLink):
         c.link.send_bytes(b"\x01" * 300 + b"\x00")  # longer than any frame: oversize

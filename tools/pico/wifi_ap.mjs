@@ -60,6 +60,7 @@ export class WifiAp {
       return { result: 'badauth', bssid: AP_MAC };
     }
     const station = { mac: Uint8Array.from(mac), deliver, lost, bssid: AP_MAC, ip: null };
+    for (const s of this.stations) if (macStr(s.mac) === macStr(mac)) this.stations.delete(s); // a reset chip
     this.stations.add(station);
     this.stats.joins++;
     this.emit({ event: 'wlan', what: 'join', mac: macStr(mac) });
