@@ -141,30 +141,37 @@ def test_a_restarted_forwarder_resumes_from_its_cursor(tmp_path: Path) -> None:
             st.close()
 
 
-def test_the_bridge_forwards_what_it_commits(tmp_path: Path) -> None:
-    async def run(port: int) -> Bridge:
+def test_the_bridge_forwards_what_it_commits_through_a_broker_outage(tmp_path: Path) -> None:
+    """The bridge goes on polling and storing while the broker is away; every event is published
+    once it is back."""
+
+    async def run(broker: Mosquitto) -> Bridge:
         fleet = await SimFleet(1, rate=0, capacity=64, seed=5).start()
         cfg = bridge_config(tmp_path, fleet.describe())
-        cfg = parse({**_doc(cfg, tmp_path), "mqtt": {"url": "mqtt://127.0.0.1:%d" % port,
+        cfg = parse({**_doc(cfg, tmp_path), "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
                                                      "topic": "plant/{device}/ch{channel}"}})  # fmt: skip
         b = Bridge(cfg, logs.setup("warning"))
         await b.start()
-        fleet.cores[0].write_events(30)
-        await wait_for(lambda: b.events_committed >= 30)
+        for want in (30, 60, 90):
+            fleet.cores[0].write_events(30)
+            await wait_for(lambda w=want: b.events_committed >= w)
+            if want == 30:
+                broker.stop()  # away while the next 30 are polled and stored
+            elif want == 60:
+                broker.start()
         await b.stop()
         await fleet.stop()
         return b
 
-    with Mosquitto(tmp_path, persistence=False) as broker:
+    with Mosquitto(tmp_path) as broker:
         sub = Subscriber(broker.port, "plant/#")
         try:
-            b = asyncio.run(run(broker.port))
-            sub.wait(lambda: len([t for t, _ in sub.got if t.startswith("plant/sim-0/ch")]) >= 30)
+            b = asyncio.run(run(broker))
+            sub.wait(lambda: len({m["offset"] for t, m in sub.got if t.startswith("plant/sim-0/ch")}) >= 90)
         finally:
             sub.close()
-    offsets = sorted(m["offset"] for t, m in sub.got if t.startswith("plant/sim-0/ch") and not m["duplicate"])
-    assert len(offsets) == b.events_committed == 30
-    assert offsets == sorted(set(offsets))
+    offsets = {m["offset"] for t, m in sub.got if t.startswith("plant/sim-0/ch") and not m["duplicate"]}
+    assert len(offsets) == b.events_committed == 90
 
 
 def _doc(cfg: Any, tmp: Path) -> dict[str, Any]:
