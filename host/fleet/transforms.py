@@ -163,8 +163,8 @@ MISMATCH_COLS = [
 
 # Expressions are written as SQL text where a function builds many of them: a Column built with
 # `functions` costs ~10-40 Py4J round trips to the driver's JVM (F.col alone 13), F.expr 3, a
-# name in selectExpr 1. The job built ~28k round trips per run that way (several seconds of
-# driver time on a small export); see docs/benchmarks.md.
+# name in selectExpr 1: built with `functions`, the job's expressions cost seconds of driver time
+# on a small export (docs/benchmarks.md).
 def _n(cond: Column) -> Column:
     """Count rows where cond holds (as a long; nulls count as false)."""
     return F.sum(F.when(cond, F.lit(1)).otherwise(F.lit(0))).cast("long")
@@ -706,9 +706,9 @@ def transform_restarts(
 
 # The roll-ups (devices, by firmware, by transport, loss over time) read ONE union of narrow
 # projections of their sources (channel windows, recoveries, restarts, latency) and aggregate it
-# once: one exchange per table. (Before: a groupBy per source and full outer joins between them,
-# each a sort-merge join with its own exchanges: ~25 stages for the four tables.) Sums over a
-# group without rows of a source are null and filled with 0, as the outer joins were.
+# once: one exchange per table, where a groupBy per source and full outer joins between them
+# would be a sort-merge join with its own exchanges each. Sums over a group without rows of a
+# source are null and filled with 0, as a full outer join and fillna(0) would give.
 ROLL_DIMS = ["device_id", "firmware_version", "transport", "window_start"]
 _RECOVERY_ROLL = [
     "recovery_phases",

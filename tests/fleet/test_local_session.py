@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pyspark import SparkContext
 
-from leadwire.fleet import job, jvm_archive
+from leadwire.fleet import job, jvm_archive, session
 from leadwire.fleet.jvm_archive import QUIET
 
 JAVA_OPTS = "spark.driver.extraJavaOptions"
@@ -80,7 +80,7 @@ def fake_build(events: list[str], given: list[tuple[Any, ...]]) -> Any:
 def test_the_jvm_gets_launch_conf_and_extra_wins(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
     given: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(job, "build_session", fake_build(events, given))
+    monkeypatch.setattr(session, "build_session", fake_build(events, given))
     cache.mkdir(parents=True)
     (cache / "spark-k1.jsa").write_bytes(b"x")
     mapped = "-XX:SharedArchiveFile=%s %s" % (cache / "spark-k1.jsa", QUIET)
@@ -109,7 +109,7 @@ def test_an_exception_stops_the_session_and_the_archive_only_after_a_clean_exit(
     cache: Path, monkeypatch: pytest.MonkeyPatch, rc: int
 ) -> None:
     events: list[str] = []
-    monkeypatch.setattr(job, "build_session", fake_build(events, []))
+    monkeypatch.setattr(session, "build_session", fake_build(events, []))
     pending = cache / ("spark-k1.jsa.%d.tmp" % os.getpid())
     monkeypatch.setattr(SparkContext, "_gateway", FakeGateway(FakeJvm(pending, rc, events)))
     with pytest.raises(job.BadInput, match="no arrival rows"):

@@ -1,0 +1,170 @@
+"""Extract: the export's three tables read with the contract's schema, only the date partitions a
+range needs (DateRange), NOT NULL columns guarded row by row; and the one-line BadInput an
+executor's failure on bad input stands for."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+
+from leadwire.fleet.fs import join, list_dates, path_exists
+from leadwire.fleet.options import DEFAULT_LOOKAHEAD_DAYS, BadInput, check_date
+from leadwire.fleet.progress import Progress
+from leadwire.fleet.schema import PARTITION_COLUMN, TABLES, spark_schema
+
+DAY_US = 86_400_000_000
+# Marks the message of a raise_error() of the null-key guard, so run_job can turn the executor's
+# exception into BadInput.
+_GUARD = "leadwire-bad-input: "
+
+
+@dataclass
+class Inputs:
+    arrivals: DataFrame
+    losses: DataFrame
+    boots: DataFrame
+
+
+@dataclass(frozen=True)
+class DateRange:
+    """Which arrivals the tables count, and which partitions are read to count them right.
+
+    Output: rows whose date (UTC, of host_rx_ts / started_ts / first_seen_ts) is in
+    [first, last] (None = open). Read: every partition from `lookback_days` before `first` (None:
+    all history, exact) to `lookahead_days` after `last`. Lead, duplicate flag, reorder depth,
+    report head and restarts of a row depend on everything earlier in its lead domain; the gap
+    after it on the next higher seq received later. Reading the margins makes every in-range
+    row's values equal a full run's (exact with lookback None and a lookahead that covers the
+    latest fill of a gap).
+    """
+
+    first: str | None = None
+    last: str | None = None
+    lookback_days: int | None = None
+    lookahead_days: int = DEFAULT_LOOKAHEAD_DAYS
+
+    @property
+    def bounded(self) -> bool:
+        return self.first is not None or self.last is not None
+
+    def since_us(self) -> int | None:
+        return _day_us(self.first) if self.first else None
+
+    def until_us(self) -> int | None:
+        return _day_us(self.last) + DAY_US if self.last else None
+
+    def read_from(self) -> str | None:
+        if self.first is None or self.lookback_days is None:
+            return None
+        return _shift(self.first, -self.lookback_days)
+
+    def read_to(self) -> str | None:
+        return _shift(self.last, self.lookahead_days) if self.last else None
+
+    def describe(self) -> str:
+        return " between %s and %s" % (self.first or "-", self.last or "-") if self.bounded else ""
+
+
+def _day_us(day: str) -> int:
+    d = dt.date.fromisoformat(day)
+    return (d - dt.date(1970, 1, 1)).days * DAY_US
+
+
+def _shift(day: str, days: int) -> str:
+    return (dt.date.fromisoformat(day) + dt.timedelta(days=days)).isoformat()
+
+
+def _guard(name: str, df: DataFrame) -> DataFrame:
+    """Every NOT NULL column of the contract, checked row by row as it is read (no extra job): a
+    null (a file without the column, a broken writer) stops the job with a one-line error naming
+    the file. Columns the plan never reads are pruned, and their checks with them."""
+    required = {f.name for f in TABLES[name] if not f.nullable}
+    cols = []
+    for c in df.columns:
+        if c in required:
+            msg = "concat('%s%s: null %s (NOT NULL in the contract) in ', input_file_name())" % (
+                _GUARD,
+                name,
+                c,
+            )
+            cols.append("CASE WHEN `%s` IS NULL THEN raise_error(%s) ELSE `%s` END AS `%s`" % (c, msg, c, c))
+        else:
+            cols.append("`%s`" % c)
+    return df.selectExpr(*cols)  # SQL text: one Py4J round trip per column, not ~50
+
+
+def extract(
+    spark: SparkSession,
+    input_dir: str,
+    dates: DateRange | None = None,
+    progress: Progress | None = None,
+) -> Inputs:
+    """Read the three tables with the contract's schema (no inference), only the date partitions
+    the range needs. Types are checked by the Parquet reader in every file it opens (a mismatch
+    fails the first action; run_job turns it into BadInput), NOT NULL columns by _guard."""
+    progress = progress or Progress(enabled=False)
+    dates = dates or DateRange()
+    check_date("--from", dates.first)
+    check_date("--to", dates.last)
+    if not path_exists(spark, input_dir):
+        raise BadInput("input not found: %s" % input_dir)
+    lo, hi = dates.read_from(), dates.read_to()
+    frames: dict[str, DataFrame] = {}
+    for name in TABLES:
+        path = join(input_dir, name)
+        schema = spark_schema(name)
+        df: DataFrame | None = None
+        if path_exists(spark, path):
+            present = list_dates(spark, path)
+            if not present and name == "arrivals":
+                raise BadInput(
+                    "%s: not partitioned by %s=YYYY-MM-DD (the `leadwire export` layout)"
+                    % (path, PARTITION_COLUMN)
+                )
+            wanted = [d for d in present if (lo is None or d >= lo) and (hi is None or d <= hi)]
+            if wanted:
+                parts = [join(path, "%s=%s" % (PARTITION_COLUMN, d)) for d in wanted]
+                try:
+                    df = spark.read.schema(schema).option("basePath", path).parquet(*parts)
+                except AnalysisException as e:
+                    raise BadInput("%s: cannot read (%s)" % (path, str(e).splitlines()[0][:160])) from None
+                df = _guard(name, df)
+        elif name == "arrivals":
+            raise BadInput("%s: not found (expected DIR/arrivals/date=YYYY-MM-DD/*.parquet)" % path)
+        else:
+            progress.log("%s: no data at %s, taken as empty" % (name, path))
+        if df is None:
+            df = spark.createDataFrame([], schema)
+        frames[name] = df.select(*(f.name for f in schema.fields))
+    return Inputs(frames["arrivals"], frames["losses"], frames["boots"])
+
+
+_MISMATCH = re.compile(
+    r"(?:Error while reading file|Encountered error while reading file) (\S+?)\.?\s.*?"
+    r"(?:Parquet column|column) \[?([A-Za-z_0-9]+)\]?.*?"
+    r"(?:Expected Spark type|Expected:) \"?([A-Za-z0-9_()]+)\"?"
+    r".*?(?:actual Parquet type|Found:) \"?([A-Za-z0-9_()]+)\"?",
+    re.S,
+)
+
+
+def bad_input_from(e: Exception) -> BadInput | None:
+    """The one-line BadInput an executor failure stands for (a null guard, a Parquet file whose
+    column has another type), or None for any other failure."""
+    text = str(e)
+    i = text.find(_GUARD)
+    if i >= 0:
+        return BadInput(text[i + len(_GUARD) :].splitlines()[0].strip())
+    m = _MISMATCH.search(text)
+    if m:
+        return BadInput(
+            "%s: wrong schema: column %r is %s, expected %s (contract in docs/fleet.md)"
+            % (m.group(1), m.group(2), m.group(4).lower(), m.group(3).lower())
+        )
+    if "PARQUET_COLUMN_DATA_TYPE_MISMATCH" in text or "SchemaColumnConvertNotSupported" in text:
+        return BadInput("wrong schema: %s" % text.splitlines()[0][:200])
+    return None

@@ -1,0 +1,204 @@
+"""The job's plan: every output table as a DataFrame over one scan and one exchange of the
+arrivals (build_tables), the small profile job that chooses the plan's shape (profile_input), and
+the one collect of the small tables (collect_small)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from leadwire.fleet import transforms as T
+from leadwire.fleet.extract import DateRange, Inputs
+
+DEFAULT_WINDOW_SECONDS = 3600
+
+
+def by_device(arrivals: DataFrame, window_seconds: int = DEFAULT_WINDOW_SECONDS) -> DataFrame:
+    """The selected arrival columns, hash-partitioned by device (the one shuffle of the arrivals)."""
+    return T.transform_by_device(T.transform_arrivals(arrivals, window_seconds))
+
+
+# Written by the executors (DataFrameWriter), never collected: they grow with rows or devices.
+# The dated ones are partitioned by the date of window_start.
+DATED_TABLES = ("channel_windows", "recoveries", "restarts")
+EXECUTOR_TABLES = (*DATED_TABLES, "devices")
+# Collected to the driver (bounded by windows x transports, firmwares, N, metrics) for the report.
+SMALL_TABLES = (
+    "lead_histogram",
+    "worst_devices",
+    "by_firmware",
+    "by_transport",
+    "loss_over_time",
+    "latency",
+    "summary",
+)
+
+
+def build_tables(
+    inputs: Inputs,
+    window_seconds: int = DEFAULT_WINDOW_SECONDS,
+    worst_n: int = 10,
+    dates: DateRange | None = None,
+    keep: Any = None,
+    cut: Any = None,
+    exact_max_values: int = T.EXACT_MAX_VALUES,
+    log: Any = None,
+) -> dict[str, DataFrame]:
+    """All output tables as DataFrames over ONE scan and ONE exchange of the arrivals.
+
+    The channel windows, the per-device latency percentiles and the latency multiset all come from
+    the arrivals hash-partitioned by device (`dev`, passed through `keep`: run_job persists it
+    until the stage is computed). They read different columns of it, so without keeping it the
+    optimizer would prune each branch's scan differently and Spark could not reuse the exchange:
+    two scans, two shuffles. They are stacked into one DataFrame and passed through `cut`
+    (run_job: computed once and its lineage cut, so that the plans of the tables read from it stay
+    small: with the whole per-arrival plan under every join, planning them cost more than running
+    them). Everything else reads those results: thousands of rows, not millions.
+
+    Fleet-level latency percentiles (latency, summary, by_firmware, by_transport) are exact for
+    groups of at most exact_max_values values and approximate above (transforms.APPROX_ACCURACY).
+    Which groups are large, and whether any lead domain can be longer than a bucket (then both
+    lead-domain passes run in bounded pieces), comes from profile_input (one small job).
+    """
+    keep = keep or (lambda df: df)
+    cut = cut or (lambda df: df)
+    log = log or (lambda msg: None)
+    dates = dates or DateRange()
+    since, until = dates.since_us(), dates.until_us()
+    # the first lead-domain pass (bounded buckets) keeps every arrival column: it is what the
+    # windows, the carried state and the latency all read, so it is the one persisted
+    span, big = profile_input(inputs.arrivals, since, until, exact_max_values)
+    if span > 1 << T.BUCKET_BITS:
+        # a lead domain may be longer than a bucket: both passes in bounded pieces; the first one
+        # keeps every arrival column: the carried state, the second pass and the latency read it
+        dev = keep(T.transform_lead_buckets(by_device(inputs.arrivals, window_seconds), T.BUCKET_BITS))
+        rows = T.transform_order(T.transform_lead_carry(dev), T.BUCKET_BITS)
+    else:  # no device has more arrivals than a bucket holds: one window per domain, fewer steps
+        dev = keep(by_device(inputs.arrivals, window_seconds))
+        rows = T.transform_order(T.transform_leads(dev, None), None)
+    log(
+        "lead domains: %s (largest device: %d arrivals)"
+        % ("in buckets" if span > 1 << T.BUCKET_BITS else "whole", span)
+    )
+    log(
+        "latency percentiles approximate for %s"
+        % (", ".join("%s %s %s" % g for g in sorted(big, key=str)) or "no group")
+    )
+    rows = rows.where(T.in_range(F.col("rx_us"), since, until))
+    values = T.transform_latency_values(dev.where(T.in_range(F.col("rx_us"), since, until)))
+    started = F.unix_micros("started_ts")
+    parts = {
+        "cw": T.transform_channel_windows(rows, with_mismatches=True),
+        "lat_dev": T.transform_device_latency(values),
+        "lat": T.transform_latency_counts(values),
+        # recoveries and restarts (small inputs) in the same job: one job, not three
+        "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
+        "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
+    }
+    approx = T.transform_latency_groups(values, big)
+    if approx is not None:  # counts and approximate percentiles of the large fleet-level groups
+        parts["lat_grp"] = approx
+    stage = cut(T.transform_stack(parts))
+    cw = T.transform_unstack(stage, "cw", T.CHANNEL_WINDOW_COLS)
+    lat_dev = T.transform_unstack(stage, "lat_dev", ["device_id", *T.LATENCY_WIDE])
+    lat = T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS)
+    groups = T.transform_unstack(stage, "lat_grp", T.LATENCY_GROUP_COLS) if "lat_grp" in parts else None
+    rec = T.transform_unstack(stage, "rec", T.RECOVERY_COLS)
+    rst = T.transform_unstack(stage, "rst", T.RESTART_COLS)
+    devices = cut(T.transform_devices(cw, rec, rst, lat_dev))
+    fleet_latency = T.transform_fleet_latency(lat, groups, big)
+    return {
+        "_by_device": dev,
+        # the rows that disagree with the bridge (usually none) came with the channel windows:
+        # a second consumer of the per-arrival rows would run their window sorts twice
+        "_mismatches": T.transform_window_mismatches(
+            T.transform_unstack(stage, "cw", [*T.CHANNEL_WINDOW_COLS, "mismatch_rows"])
+        ),
+        "channel_windows": cw,
+        "lead_histogram": T.transform_lead_histogram(cw),
+        "recoveries": rec,
+        "restarts": rst,
+        "devices": devices,
+        "worst_devices": T.transform_worst(devices, worst_n),
+        "by_firmware": T.transform_compare(cw, rec, rst, lat, "firmware_version", groups, big),
+        "by_transport": T.transform_compare(cw, rec, rst, lat, "transport", groups, big),
+        "loss_over_time": T.transform_loss_over_time(cw, rec, rst),
+        "latency": fleet_latency,
+        "summary": T.transform_summary(devices, fleet_latency),
+    }
+
+
+def profile_input(
+    arrivals: DataFrame, since: int | None, until: int | None, exact_max: int
+) -> tuple[int, set[tuple[str, str | None, str]]]:
+    """One small job over the arrivals read (one narrow scan, one aggregation to a row per device,
+    bridge, firmware and transport, added up on the driver): the most arrivals a device can have
+    in one lead domain (the span of its `arrival` counter, summed over its bridges), and the
+    fleet-level latency groups (kind, key, metric) of the counted rows with more than exact_max
+    values (transforms.transform_latency_groups)."""
+    counted = T.in_range(F.unix_micros("host_rx_ts"), since, until)
+    prof = (
+        arrivals.withColumn("_in", counted)
+        .groupBy("device_id", "bridge_id", "firmware_version", "transport")
+        .agg(
+            F.expr("min(arrival) AS lo"),
+            F.expr("max(arrival) AS hi"),
+            F.expr("count_if(_in) AS n"),
+            F.expr("count_if(_in AND gen_ts IS NOT NULL) AS n_gen"),
+        )
+        .toArrow()
+        .to_pylist()
+    )
+    lo: dict[tuple[str, str], int] = {}
+    hi: dict[tuple[str, str], int] = {}
+    n: dict[tuple[str, str | None, str], int] = {}
+    for r in prof:
+        k = (r["device_id"], r["bridge_id"])
+        lo[k], hi[k] = min(lo.get(k, r["lo"]), r["lo"]), max(hi.get(k, r["hi"]), r["hi"])
+        for kind, key in (
+            ("firmware_version", r["firmware_version"]),
+            ("transport", r["transport"]),
+            ("fleet", None),
+        ):
+            for metric, c in (("rx_to_commit", r["n"]), ("gen_to_rx", r["n_gen"])):
+                n[(kind, key, metric)] = n.get((kind, key, metric), 0) + c
+    span: dict[str, int] = {}
+    for (dev, _), low in lo.items():
+        span[dev] = span.get(dev, 0) + hi[(dev, _)] - low + 1
+    return max(span.values(), default=0), {g for g, c in n.items() if c > exact_max}
+
+
+# Sort keys of the tables: the driver sorts the small ones (no global sort in Spark); the oracle
+# compares on them.
+TABLE_ORDER: dict[str, list[str]] = {
+    "channel_windows": T.DIMS,
+    "lead_histogram": ["kind", "firmware_version", "transport", "bucket_order"],
+    "recoveries": T.RECOVERY_DIMS,
+    "restarts": T.RESTART_DIMS,
+    "devices": ["device_id"],
+    "worst_devices": ["rank"],
+    "by_firmware": ["firmware_version"],
+    "by_transport": ["transport"],
+    "loss_over_time": ["window_start", "transport"],
+    "latency": ["metric"],
+    "summary": [],
+}
+
+
+# ------------------------------------------------------------------------------------------ load
+def sort_table(tbl: Any, keys: list[str]) -> Any:
+    return tbl.sort_by([(k, "ascending") for k in keys]) if keys and tbl.num_rows else tbl
+
+
+def collect_small(tables: dict[str, DataFrame]) -> dict[str, Any]:
+    """The small tables in ONE Spark job (stacked, one toArrow), split and sorted on the driver."""
+    import pyarrow.compute as pc
+
+    stacked = T.transform_stack(tables).toArrow()
+    out = {}
+    for name, df in tables.items():
+        part = stacked.filter(pc.equal(stacked.column("_part"), name)).select(df.columns)
+        out[name] = sort_table(part, TABLE_ORDER.get(name, []))
+    return out
