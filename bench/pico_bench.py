@@ -12,8 +12,8 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
 
 1. Per event, measured on the board (ticks_us x 125 cycles, in tight loops of the core's calls as
    the agent makes them, each ring call with the heap locked, with the agent stopped): the ring
-   write (EventRing.write, 16-byte events);
-   answering a batch (EventRing.answer_into, 6 events = a 128-byte serial frame, 50 = a 1 KB frame);
+   write (EventRing.write, 64-byte events; batched: write_samples, 20 a call);
+   answering a batch (EventRing.answer_into, 1 event, 15 = a 1 KB frame; with the COBS encode);
    the whole poll-to-answer path (COBS scan of the POLL, wire.check, the fields, answer_into, COBS
    encode, UART.write) against the ring write alone (goal: <= 3x).
 2. Serial goodput of the real bridge (host/bridge, in this process, unchanged, pipelined burst
@@ -25,13 +25,23 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
 3. Heap with auth on (a random key; a signed client): free after boot (the agent's "ready" line),
    then heap free and low-water from its health records under load.
 4. The events/s a real 125 MHz Pico sustains, from the cycle counts.
+5. Idle: the board's CPU busy (cycles executed / cycles elapsed: rp2040js counts none while the core
+   sleeps in WFE) with the default config and with no sensors (health off), nobody polling; the
+   POLL answer latency at idle (round trip of a one-event POLL over UART0 at 115,200 baud, median of
+   40, wall clock: the emulator runs at real time while the board idles); the agent's heap (used at
+   "ready", ring excluded: the interpreter's own ~4.6 KB included) with auth off and on, and the
+   heap free at ready with the default ring.
+
+--json prints one JSON object (the issue's keys) instead of the tables.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -43,13 +53,13 @@ from goodput_bench import bridge_doc, run_bridge  # bench/ is the script's direc
 
 from leadwire import codec, framing, messages, wire
 from leadwire.tools.authclient import AuthClient
-from leadwire.tools.board import PicoBoard, pico_missing
+from leadwire.tools.board import PicoBoard, pico_files, pico_missing
 from leadwire.tools.picohil import RawRepl, configure, flashed_pico
-from leadwire.tools.wireclient import SerialLink
+from leadwire.tools.wireclient import Client, SerialLink
 
 HZ = 125_000_000  # the RPI_PICO build's clk_sys
 FRAME = 2059  # serial frame size for the goodput runs: the link's largest (wire.MAX_FRAME)
-EVENT = 16  # event payload bytes
+EVENT = 64  # event payload bytes
 START = 0x3FFFF000  # the ring's first offset: the micro-benchmark crosses 2^30 (the small-int limit)
 
 BOARD_CODE = """
@@ -89,6 +99,13 @@ def bench(P, k, N, M):
         r.answer_into(buf, hi, lo, k, 2047, 0, 0)
         heap_unlock()
     ta = time.ticks_diff(time.ticks_us(), t)
+    t = time.ticks_us()
+    for j in range(M):
+        heap_lock()
+        m = r.answer_into(buf, hi, lo, k, 2047, 0, 0)
+        encode_into(buf, m, cb, 0)
+        heap_unlock()
+    te = time.ticks_diff(time.ticks_us(), t)
     got = buf[10]
     end = len(P)
     t = time.ticks_us()
@@ -112,7 +129,7 @@ def bench(P, k, N, M):
                 while q < e:
                     q += u.write(cb, q, e - q) or 0
     tp = time.ticks_diff(time.ticks_us(), t)
-    print('BENCH', tw, ta, tp, got, tb)
+    print('BENCH', tw, ta, tp, got, tb, te)
 """ % (START, EVENT, EVENT, EVENT, EVENT)
 
 
@@ -133,12 +150,12 @@ def cycles_per_event(board: PicoBoard, quick: bool) -> list[dict[str, Any]]:
         repl.enter()
         repl.run(BOARD_CODE, timeout=120)
         n_writes = 600 if quick else 2000
-        for k in (6, 50):
-            m = (60 if quick else 200) if k == 6 else (10 if quick else 40)
+        for k in (1, 15):  # one event a POLL; 15 x 67 B = a 1 KB frame
+            m = (60 if quick else 200) if k == 1 else (10 if quick else 40)
             newest = (START + n_writes + n_writes // 20 * 20 - 1) & 0xFFFFFFFF  # write() and write_samples()
             p = poll_bytes((newest - k) & 0xFFFFFFFF, k)  # the k newest events
             text = repl.run("bench(%r, %d, %d, %d)" % (p, k, n_writes, m), timeout=900)
-            tw, ta, tp, got, tb = (int(x) for x in text.split("BENCH")[1].split())
+            tw, ta, tp, got, tb, te = (int(x) for x in text.split("BENCH")[1].split())
             assert got == k, (got, k)
             write = tw * HZ / 1e6 / n_writes
             answer = ta * HZ / 1e6 / (m * k)
@@ -150,6 +167,7 @@ def cycles_per_event(board: PicoBoard, quick: bool) -> list[dict[str, Any]]:
                     "write": write,
                     "samples": samples,
                     "answer": answer,
+                    "answer_cobs": te * HZ / 1e6 / (m * k),  # answer_into (CRC in it) + COBS encode
                     "path": path,
                     "ratio": path / write,
                 }
@@ -272,10 +290,65 @@ def heap_auth(board: PicoBoard, seconds: float) -> dict[str, Any]:
     return r
 
 
+DEFAULT = {"id": "bench", "auth": False, "udp": False}  # the default sensors, health and ring
+QUIET = {**DEFAULT, "sensors": [], "health": {"ms": 0}}
+
+
+def ready_heap(board: PicoBoard) -> tuple[int, int]:
+    """(heap used, heap free) of the agent's "leadwire: ready" line of this boot."""
+    ready = [ln for ln in board.console().splitlines() if "leadwire: ready" in ln][-1]
+    used = int(ready.split("used", 1)[1].split()[0])
+    return used, int(ready.rsplit("free", 1)[1])
+
+
+def idle(board: PicoBoard, config: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """Section 5: CPU busy of the board running `config`, nobody polling; heap at ready."""
+    configure(board, config)
+    used, free = ready_heap(board)
+    t = board.clock()["nanos"]
+    while board.clock()["nanos"] - t < 1e9:  # past the boot
+        time.sleep(0.05)
+    c0 = board.clock()
+    while board.clock()["nanos"] - c0["nanos"] < seconds * 1e9:
+        time.sleep(0.1)
+    c1 = board.clock()
+    busy = (c1["cycles"] - c0["cycles"]) / ((c1["nanos"] - c0["nanos"]) * HZ / 1e9)
+    r = {"busy_pct": 100 * busy, "used": used, "free": free}
+    log("pico_bench: idle %s: %s" % (json.dumps(config.get("sensors", "default")), json.dumps(r)))
+    return r
+
+
+def poll_latency(board: PicoBoard, n: int = 40) -> float:
+    """Median ms from a one-event POLL written to UART0 to its answer, the board idle (QUIET)."""
+    configure(board, QUIET)
+    link = SerialLink(board.port or "")
+    c = Client(link)
+    try:
+        c.drain(0.3)
+        times = []
+        for _ in range(n):
+            t = time.monotonic()
+            c.poll(0, 1)
+            times.append(1000 * (time.monotonic() - t))
+    finally:
+        c.close()
+    return statistics.median(times)
+
+
+def agent_heap(board: PicoBoard, key: bool) -> int:
+    """The agent's heap at ready, ring (256 x 16 B, the default) excluded, auth on or off."""
+    cfg = dict(QUIET)
+    if key:
+        cfg = {k: v for k, v in cfg.items() if k != "auth"}
+        cfg["key"] = os.urandom(32).hex()
+    configure(board, cfg)
+    return ready_heap(board)[0] - 256 * (3 + 16)
+
+
 def report(cyc: list[dict[str, Any]], gp: list[dict[str, Any]], heap: dict[str, Any]) -> str:
     lines = [
         "",
-        "1. cycles per event on the board's clock (16-byte events; ring write = EventRing.write)",
+        "1. cycles per event on the board's clock (64-byte events; ring write = EventRing.write)",
         "",
     ]
     lines.append(
@@ -339,9 +412,36 @@ def report(cyc: list[dict[str, Any]], gp: list[dict[str, Any]], heap: dict[str, 
     return "\n".join(lines)
 
 
+def summary(
+    cyc: list[dict[str, Any]], gp: list[dict[str, Any]], extra: dict[str, Any], sha: str
+) -> dict[str, Any]:
+    """The issue's keys: cycles unless named, 64-byte events."""
+    one, many = cyc
+    g = {x["baud"]: x for x in gp if x["offer"] < 1.5}
+    return {
+        "idle_default_pct": round(extra["idle_default"]["busy_pct"], 3),
+        "idle_no_sensors_pct": round(extra["idle_quiet"]["busy_pct"], 3),
+        "ring_write_one": round(one["write"]),
+        "ring_write_batched": round(one["samples"]),
+        "answer_per_event": round(many["answer_cobs"]),
+        # a one-event POLL's whole path (scan, check, fields, answer, COBS, UART write) less the
+        # answer and its COBS encode
+        "poll_fixed": round(one["path"] - one["answer_cobs"]),
+        "agent_per_event_921600": round(g[921600]["cycles_per_event"] or 0),
+        "goodput_921600": round(g[921600]["ratio"], 3),
+        "goodput_115200": round(g[115200]["ratio"], 3),
+        "agent_heap_auth_off": extra["heap_off"],
+        "agent_heap_auth_on": extra["heap_on"],
+        "heap_free_default_ring": extra["idle_default"]["free"],
+        "firmware_sha256": sha,
+        "poll_latency_ms": round(extra["latency_ms"], 2),
+    }
+
+
 @click.command()
 @click.option("--quick", is_flag=True, help="Shorter loops and windows.")
-def main(quick: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON object with the issue's keys.")
+def main(quick: bool, as_json: bool) -> None:
     why = pico_missing()
     if why:  # nothing to measure here (make bench goes on): say what to get
         print("pico_bench: skipped: " + why)
@@ -361,9 +461,34 @@ def main(quick: bool) -> None:
                 for baud, offer in ((115200, 1.2), (921600, 1.2), (115200, 2.0))
             ]
             heap = heap_auth(board, 3.0 if quick else 8.0)
+            extra = {
+                "idle_default": idle(board, DEFAULT, 5.0 if quick else 10.0),
+                "idle_quiet": idle(board, QUIET, 5.0 if quick else 10.0),
+                "latency_ms": poll_latency(board),
+                "heap_off": agent_heap(board, False),
+                "heap_on": agent_heap(board, True),
+            }
         finally:
             board.close()
+    sha = hashlib.sha256(pico_files()[0].read_bytes()).hexdigest()
+    if as_json:
+        print(json.dumps(summary(cyc, gp, extra, sha)))
+        return
     print(report(cyc, gp, heap))
+    print(
+        "\n5. idle CPU busy: default config %.3f%%, no sensors %.3f%%; POLL answer latency at idle %.2f ms "
+        "(median); agent heap at ready (ring excluded) auth off %d B, on %d B; heap free at ready "
+        "(default ring) %d B; firmware sha256 %s"
+        % (
+            extra["idle_default"]["busy_pct"],
+            extra["idle_quiet"]["busy_pct"],
+            extra["latency_ms"],
+            extra["heap_off"],
+            extra["heap_on"],
+            extra["idle_default"]["free"],
+            sha,
+        )
+    )
     print(
         "\n(load average %s; %.0f s of wall time)"
         % (open("/proc/loadavg").read().split()[0], time.monotonic() - t0)

@@ -31,7 +31,6 @@
 # bad frame.
 import asyncio
 import gc
-import select
 import time
 
 # heap_lock around the ring's calls and the serial scan on the hot path: a bytecode call whose
@@ -51,7 +50,6 @@ from leadwire.framing import encode_into
 _RX = const(136)  # largest frame accepted (a SUBSCRIBE of up to 115 channels, signed)
 _BURST = const(32)  # most answer frames one POLL may ask for (wire fragment index 0..31)
 _FAST = const(200)  # events per pass of a sensor with hz 0 (as fast as it can: benchmarks)
-_LOWMS = const(250)  # ms between samples of the heap's low-water (gc.mem_free is a heap walk)
 _STALL = const(100)  # 1 ms waits a serial frame may spend on writes that took nothing before it is
 # dropped (rp2's write() itself waits while bytes drain: it takes nothing only when its TX ring is
 # full on entry; a UART frees a byte every ~1 ms even at 9600 baud: a line that stalls is stuck)
@@ -211,9 +209,6 @@ class Agent:
         self.tasks: list = []  # main.py keeps the asyncio tasks here
         k.append([s[_SCH] for s in sensors] + [k[_HCH], k[_ACH]])  # k[_CHANS]
         self.pushing = 0  # push sessions on all links
-        self.poll = select.poll()
-        for L in links:
-            self.poll.register(L[_IO], select.POLLIN)
 
     def emit(self, channel, data, n):
         """One event: into the ring, and into the report body of every session on its channel."""
@@ -426,57 +421,42 @@ class Agent:
             copy_into(tx, 0, L[_HELLO], 0, m)
             self.h[_DROP] += _send(L, tx, A[_ASHELLO](tx, m, A[_AEH], A[_AEL]), a)
 
-    async def io(self):
+    async def io(self, L=None):
+        # Serve a link (None: every link, one task each beyond the first, which this one serves):
+        # the task waits in asyncio's poller on the link's socket or stream and is woken by data
+        # (the rp2 UART's RX interrupt wakes the core from its WFE): no tick, 0 cycles while idle.
+        # (`yield` of the poller's queue_read is what asyncio's own stream readers await.)
+        if L is None:
+            for L in self.links[1:]:
+                self.tasks.append(asyncio.create_task(self.io(L)))
+            L = self.links[0]
         h = self.h
-        w = 0
-        low = time.ticks_ms()
+        obj = L[_IO]
+        wait = asyncio.core._io_queue.queue_read  # type: ignore[attr-defined]
         while True:
-            busy = 0
+            yield wait(obj)  # type: ignore[misc]
             try:
-                for obj, _ in self.poll.ipoll(w):
-                    for L in self.links:
-                        if L[_IO] is obj:
-                            busy = 1
-                            if L[_UDP]:
-                                d, a = obj.recvfrom(_RX)
-                                self._rx(L, d, len(d), a)
-                                continue
-                            rb = L[_RB]
-                            n = obj.readinto(rb) or 0
-                            dec = L[_DEC]
-                            p = 0
-                            while p < n:
-                                heap_lock()  # scan: 0 bytes, its frame off the heap (see import)
-                                try:
-                                    p = dec.scan(rb, p, n)
-                                finally:
-                                    heap_unlock()
-                                if dec.ready > 0:
-                                    self._rx(L, dec.frame, dec.ready, None)
-                                elif dec.ready < 0:
-                                    self._bad()
-                now = time.ticks_ms()
-                for L in self.links:
-                    if L[_Q] is not None:
-                        self._step(L, now)
+                if L[_UDP]:
+                    d, a = obj.recvfrom(_RX)
+                    self._rx(L, d, len(d), a)
+                    continue
+                rb = L[_RB]
+                n = obj.readinto(rb) or 0
+                dec = L[_DEC]
+                p = 0
+                while p < n:
+                    heap_lock()  # scan: 0 bytes, its frame off the heap (see import)
+                    try:
+                        p = dec.scan(rb, p, n)
+                    finally:
+                        heap_unlock()
+                    if dec.ready > 0:
+                        self._rx(L, dec.frame, dec.ready, None)
+                    elif dec.ready < 0:
+                        self._bad()
             except Exception as e:  # a bug or an exhausted heap must not stop the board
                 h[_DROP] += 1
                 print("agent:", repr(e))
-            # the heap's low-water, sampled every _LOWMS: gc.mem_free() walks the whole allocation
-            # table (1,114,800 cycles = 8.9 ms on a Pico's 246 KB heap, emulated RP2040): once per
-            # 1 ms pass it was nearly all of the board's CPU
-            ms = time.ticks_ms()
-            if time.ticks_diff(ms, low) >= 0:
-                low = time.ticks_add(ms, _LOWMS)
-                f = gc.mem_free()
-                if f < h[_LOW]:
-                    h[_LOW] = f
-            if self.k[_WDT]:  # the watchdog (config "wdt"): fed while this loop goes round
-                self.k[_WDT].feed()
-            # tick 0 and nothing read: the next poll waits up to 1 ms for a frame (answered as
-            # soon as it comes), once the other tasks have had their turn -- not a busy loop
-            w = 0 if busy or self.k[_TICK] else 1
-            await asyncio.sleep_ms(0 if busy else self.k[_TICK])
 
     async def sources(self):
         k = self.k
@@ -502,7 +482,6 @@ class Agent:
             # failures only.)
             try:
                 now = time.ticks_us()
-                fast = 0
                 for s in self.sensors:
                     p = s[_SPER]
                     n = fast_n  # hz 0: a batch every pass, the pass again at once
@@ -522,8 +501,6 @@ class Agent:
                             n = most
                             s[_SDUE] = time.ticks_add(now, -n * p)
                         s[_SDUE] = time.ticks_add(s[_SDUE], n * p)
-                    else:
-                        fast = 1
                     if self.pushing:  # a push session may want them: one emit per sample
                         while n:
                             dv.sample_into(s[_SBUF], s[_SNUM])
@@ -538,11 +515,16 @@ class Agent:
                             heap_unlock()
                         s[_SNUM] = (s[_SNUM] + n) & 0xFFFF
                 ms = time.ticks_ms()
-                if time.ticks_diff(ms, sec) >= 0:
+                while time.ticks_diff(ms, sec) >= 0:  # (a pass may come after several seconds)
                     h[_UP] += 1
                     sec = time.ticks_add(sec, 1000)
                 if k[_HMS] and time.ticks_diff(ms, hdue) >= 0:
                     hdue = time.ticks_add(ms, k[_HMS])
+                    # the heap's low-water, sampled here: gc.mem_free() walks the whole allocation
+                    # table (1,114,800 cycles = 8.9 ms on a Pico's 246 KB heap, emulated RP2040)
+                    f = gc.mem_free()
+                    if f < h[_LOW]:
+                        h[_LOW] = f
                     gc.collect()  # heap free = what is live; the low-water includes garbage
                     h[_FREE] = gc.mem_free()
                     h[_OVER] = self.ring.overwritten
@@ -556,6 +538,29 @@ class Agent:
                 if k[_AMS] and time.ticks_diff(ms, adue) >= 0:
                     adue = time.ticks_add(ms, k[_AMS])
                     self.alarm(2, h[_ALARMS] + 1)  # messages.ALARM_PERIODIC
+                # Sleep until the next thing is due: the uptime's second, health, alarms, each
+                # source's next sample; a push queue with work is stepped every tick (its frames
+                # are paced by the link's gap, its reports and ACK deadlines timed). Each asyncio
+                # wake costs 25-40k cycles on an RP2040: a fixed 1 ms tick was 62% of its CPU.
+                w = time.ticks_diff(sec, ms)
+                if k[_HMS]:
+                    w = min(w, time.ticks_diff(hdue, ms))
+                if k[_AMS]:
+                    w = min(w, time.ticks_diff(adue, ms))
+                if k[_WDT]:  # the watchdog (config "wdt"): fed while this task goes round
+                    k[_WDT].feed()
+                    w = min(w, 100)
+                for L in self.links:
+                    if L[_Q] is not None:
+                        self._step(L, ms)
+                        if L[_SUBS] or L[_RAW] or L[_Q].peek() is not None:
+                            w = min(w, k[_TICK])
+                now = time.ticks_us()
+                for s in self.sensors:
+                    if not s[_SPER] or spin:
+                        w = 0
+                    else:
+                        w = min(w, (time.ticks_diff(s[_SDUE], now) + 999) // 1000)
                 d = 1
             except Exception as e:
                 h[_RESTARTS] += 1
@@ -563,7 +568,7 @@ class Agent:
                 await asyncio.sleep(d)
                 d = min(d + d, 64)
                 continue
-            await asyncio.sleep_ms(0 if fast or spin else 1)
+            await asyncio.sleep_ms(w if w > 0 else 0)
 
 
 def start(b, board):

@@ -84,7 +84,7 @@ def test_the_watchdog_is_started_with_its_timeout_and_fed(tmp_path: Path) -> Non
         log = (d / "wdt.log").read_text().splitlines()
         assert b.port is not None
     assert log[0] == "timeout 3000"  # one WDT, with the configured timeout
-    assert log[1:] and all(ln.startswith("fed ") for ln in log[1:])  # fed by the io loop
+    assert log[1:] and all(ln.startswith("fed ") for ln in log[1:])  # fed by the source task
 
 
 def test_no_watchdog_on_the_unix_port_says_so(tmp_path: Path) -> None:
