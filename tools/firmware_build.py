@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from leadwire.manifest import DEVICE
+
 ROOT = Path(__file__).resolve().parents[1]
 if (ROOT / "shared" / "leadwire").is_dir():  # the source tree (or an editable install of it)
     FIRMWARE = ROOT / "firmware"
@@ -29,21 +31,8 @@ class BuildError(ValueError):
     """mpy-cross refused a source file; the message is one line: the file, the line, mpy-cross's error."""
 
 
-# the core modules a board may import (codec, messages, lead, reassembly, client, u32: host only)
-CORE_DEVICE = (
-    "__init__",
-    "_compat",
-    "_viper",
-    "bufcopy",
-    "crc16",
-    "wire",
-    "ring",
-    "framing",
-    "frames",
-    "reports",
-    "device",
-    "auth",  # imported only when config.json has a key (issue 6)
-)
+# the core modules a board may import, declared once in the core's manifest
+CORE_DEVICE = DEVICE
 # lwauth: loaded only with a key; lwsrc: only when config.json declares a real source; lwirq: only by
 # an application that emits from an interrupt
 FIRMWARE_MODULES = ("lwapp", "lwagent", "lwboot", "lwauth", "lwsrc", "lwirq")

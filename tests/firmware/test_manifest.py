@@ -1,0 +1,31 @@
+"""The core's modules are declared once (leadwire/manifest.py): a board gets exactly the device ones,
+package.json (the mip package) is the manifest's, and every module of the package is in it once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from leadwire import manifest
+from leadwire.tools.firmware_build import plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_core_module_is_declared_once() -> None:
+    files = sorted(p.stem for p in (ROOT / "shared" / "leadwire").glob("*.py"))
+    declared = manifest.DEVICE + manifest.HOST
+    assert sorted(declared) == files
+    assert len(set(declared)) == len(declared)
+
+
+def test_package_json_is_the_manifests() -> None:
+    assert (ROOT / "package.json").read_text() == manifest.package_json(), (
+        "package.json differs from the manifest: .venv/bin/python -m leadwire.manifest > package.json"
+    )
+
+
+def test_a_board_gets_the_device_modules_only() -> None:
+    for kind in ("unix", "rp2", "esp32"):
+        core = sorted(it.dest for it in plan(kind) if it.dest.startswith("leadwire/"))
+        assert core == sorted("leadwire/%s.mpy" % m for m in manifest.DEVICE)
+    assert "leadwire/_viper.mpy" not in [it.dest for it in plan("rp2", viper=False)]
