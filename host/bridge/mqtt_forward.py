@@ -212,6 +212,7 @@ class Forwarder:
         self._stop = False
         self._saved = dict(self.acked)
         self._saved_at = 0.0
+        self._save_failed = False  # the last cursor write failed (said once until one succeeds)
         self._client: Any = None
         self._thread: threading.Thread | None = None
 
@@ -271,10 +272,14 @@ class Forwarder:
 
     # -- the publishing thread
     def _run(self) -> None:
+        """Read, publish, settle until stopped. An error (the store unreadable for a moment) is
+        logged once and the loop goes on a second later: forwarding never ends while the bridge
+        runs. A cursor file that cannot be written does not stop publishing (_settle)."""
         reader: StoreReader | None = None
         deadline = None
-        try:
-            while True:
+        said = ""
+        while True:
+            try:
                 self._settle()
                 if self._stop and deadline is None:
                     deadline = time.monotonic() + 5.0
@@ -289,12 +294,21 @@ class Forwarder:
                 if not more:
                     self._wake.wait(0.05 if self.pending or deadline else 0.5)
                     self._wake.clear()
-        except Exception:
-            self.log.exception("mqtt_failed", extra={"fields": {"store": self.store_path}})
-        finally:
-            self._settle(force=True)
-            if reader is not None:
-                reader.close()
+                said = ""
+            except Exception as e:
+                if repr(e) != said:
+                    said = repr(e)
+                    logs.event(self.log, logging.ERROR, "mqtt_failed", store=self.store_path, error=said)
+                if reader is not None:
+                    reader.close()
+                    reader = None
+                if self._stop:
+                    break
+                self._wake.wait(1.0)
+                self._wake.clear()
+        self._settle(force=True)
+        if reader is not None:
+            reader.close()
 
     def _publish_some(self, r: StoreReader) -> bool:
         """Publish one page of each kind after what was read; True when any rows were found."""
@@ -328,6 +342,17 @@ class Forwarder:
             self.acked[kind] = pos
         now = time.monotonic()
         if self.acked != self._saved and (force or now - self._saved_at >= SAVE_INTERVAL):
-            save_cursor(self.cfg.cursor, self.acked)
-            self._saved = dict(self.acked)
             self._saved_at = now
+            try:
+                save_cursor(self.cfg.cursor, self.acked)
+            except OSError as e:  # publishing goes on; a restart before the next save repeats more
+                if not self._save_failed:
+                    logs.event(
+                        self.log, logging.ERROR, "mqtt_cursor_failed", cursor=self.cfg.cursor, error=repr(e)
+                    )
+                self._save_failed = True
+                return
+            self._saved = dict(self.acked)
+            if self._save_failed:
+                logs.event(self.log, logging.INFO, "mqtt_cursor_saved", cursor=self.cfg.cursor)
+            self._save_failed = False

@@ -201,3 +201,39 @@ def test_bad_mqtt_settings_name_the_key(table: dict[str, Any], error: str) -> No
     with pytest.raises(ConfigError) as e:
         parse_mqtt(table, None, "s.db", "b")
     assert str(e.value).startswith(error)
+
+
+def test_a_cursor_that_cannot_be_written_is_said_once_and_publishing_goes_on(tmp_path: Path) -> None:
+    """The cursor file cannot be written (its directory is missing): one error line, publishing
+    goes on (events stored meanwhile arrive too), and the cursor is saved once it can be."""
+    import io
+
+    db = tmp_path / "s.db"
+    st = fill(db, {"esp-2": [(o, 3, b"x") for o in range(10)]})
+    cursor = tmp_path / "later" / "cursor"
+    stream = io.StringIO()
+    with Mosquitto(tmp_path, persistence=False) as broker:
+        sub = Subscriber(broker.port)
+        cfg = parse_mqtt(
+            {"url": "mqtt://127.0.0.1:%d" % broker.port, "cursor": str(cursor)}, None, str(db), "b"
+        )
+        fwd = Forwarder(cfg, str(db), logs.setup("error", stream))
+        fwd.start()
+        try:
+            sub.wait(lambda: len(sub.event_ids()) == 10)
+            time.sleep(1.2)  # two more saves tried
+            write_events(st, 1, [(o, 3, b"y") for o in range(10, 15)])
+            sub.wait(lambda: len(sub.event_ids()) == 15)
+            cursor.parent.mkdir()
+            end = time.monotonic() + 10
+            while not cursor.exists() and time.monotonic() < end:
+                time.sleep(0.05)
+        finally:
+            fwd.stop()
+            sub.close()
+            st.close()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(x["event"], "No such file or directory" in x["error"]) for x in lines] == [
+        ("mqtt_cursor_failed", True)
+    ]
+    assert load_cursor(str(cursor))["arrivals"] == 15
