@@ -18,7 +18,7 @@ from leadwire import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module:attribute, one-line help shown by `leadwire --help`)
-    "demo": ("leadwire.cli.demo:demo", "Run the system end to end and print what it measured."),
+    "demo": ("leadwire.tools.demo_cli:demo", "Run the system end to end and print what it measured."),
     "fleet": ("leadwire.fleet.cli:fleet", "Analyse exported fleet telemetry with Spark."),
     "board": ("leadwire.tools.board:board", "Run a virtual board (the firmware on MicroPython)."),
     "flash": ("leadwire.tools.flash:flash", "Compile and copy the firmware and core to a board."),

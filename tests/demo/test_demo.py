@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from leadwire.cli.demo import MARKER_ENV, Demo, Options, Progress
+from leadwire.tools.demo_scenario import MARKER_ENV, Demo, Options, Progress
 
 pytestmark = [pytest.mark.micropython, pytest.mark.slow]
 
