@@ -180,6 +180,9 @@ def _crash(b: Bridge) -> None:
         b._udp.close()
     if b._flusher is not None:
         b._flusher.cancel()
+    if b._lock is not None and b._lock.fd is not None:  # the kernel drops a dead process's flock
+        os.close(b._lock.fd)  # (its lock file stays: stale, it does not block the next bridge)
+        b._lock.fd = None
     b.stopped.set()  # a stop() the failing flush schedules returns at once
 
 
