@@ -339,14 +339,16 @@ class Scheduler:
     a device due now (a backlog to drain) joins the ``ready`` list, sent after the current burst
     of received datagrams, so back-to-back polling of one device never starves the others.
 
-    The timer wakes on a grid of ``TICK`` seconds (the earliest due time rounded up to it): with
-    many devices each wake-up sends every request due within one tick and handles every deadline
-    that passed, instead of one event-loop iteration per request. A wake-up that has deadlines to
+    Times at least 8 ``GRID`` steps away wait on a grid (rounded up to the next step, so at most
+    1/8 of their wait late, and never more than one step): with many devices each wake-up sends
+    every request due within one step and handles every deadline that passed, instead of one
+    event-loop iteration per request. Shorter waits (adaptive polling's interval_min, the RTO and
+    tail-loss probe of a fast lossy link) keep their exact times. A wake-up that has deadlines to
     handle first reads the datagrams already queued on the UDP socket: after a late wake-up (a
     loaded host) the answers waiting there are answers, not timeouts.
     """
 
-    TICK = 0.001  # s: at most this late; 1% of a 100 ms interval, 0.2% of 500 ms
+    GRID = 0.001  # s
 
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
@@ -411,8 +413,9 @@ class Scheduler:
                 self._soon = True
                 self.loop.call_soon(self.run_ready)
         else:
-            heapq.heappush(self.due, (at, next(self._tie), r))
-            if self._timer is None or at < self._timer_at:
+            key = self._key(at, at - self.loop.time())
+            heapq.heappush(self.due, (key, next(self._tie), r))
+            if self._timer is None or key < self._timer_at:
                 self._arm()
 
     def run_ready(self) -> None:
@@ -440,7 +443,7 @@ class Scheduler:
         r.sent = now
         r.gen += 1
         # the request's RTO (client.rto: measured on this link, rtt.py; ack_timeout for a SUBSCRIBE)
-        heapq.heappush(self.deadlines, (now + c.rto, next(self._tie), r, r.gen))
+        heapq.heappush(self.deadlines, (self._key(now + c.rto, c.rto), next(self._tie), r, r.gen))
         r.link.send(data)
         if c.send_copy:
             # a lossy link: the same POLL twice (client.request); the device answers one of them
@@ -462,6 +465,12 @@ class Scheduler:
 
     # -- the timer ---------------------------------------------------------------------
 
+    def _key(self, at: float, wait: float) -> float:
+        """The heap key of time `at`, `wait` seconds from now: on the grid for a long enough wait."""
+        if wait >= 8 * self.GRID:
+            return math.ceil(at / self.GRID) * self.GRID
+        return at
+
     def _arm(self) -> None:
         if self.stopped:
             return
@@ -469,7 +478,6 @@ class Scheduler:
                  self.deadlines[0][0] if self.deadlines else float("inf"))  # fmt: skip
         if at == float("inf"):
             return
-        at = math.ceil(at / self.TICK) * self.TICK  # on the grid: due times within a tick share a wake-up
         if self._timer is not None:
             if self._timer_at <= at:
                 return
@@ -491,7 +499,8 @@ class Scheduler:
             if r.waiting and r.gen == gen:  # no answer in time: a transport error
                 if r.last_rx > r.sent and r.last_rx + r.client.rto > now:
                     # frames are still coming (a burst): silence, not the whole answer, is timed
-                    heapq.heappush(dl, (r.last_rx + r.client.rto, next(self._tie), r, gen))
+                    at = r.last_rx + r.client.rto
+                    heapq.heappush(dl, (self._key(at, at - now), next(self._tie), r, gen))
                     continue
                 r.waiting = False
                 r.gen += 1
@@ -508,7 +517,7 @@ class Scheduler:
         if at <= now:
             self.ready.append(r)
         else:
-            heapq.heappush(self.due, (at, next(self._tie), r))
+            heapq.heappush(self.due, (self._key(at, at - now), next(self._tie), r))
 
 
 class Bridge:

@@ -50,6 +50,15 @@ def test_fixed_interval_counts_from_the_due_time_not_the_late_wake_up() -> None:
     assert base(_Sent(due=1.0, sent=1.004), 0.0) == 1.004  # type: ignore[arg-type]
 
 
+def test_long_waits_share_wake_ups_on_a_grid_short_ones_keep_their_time() -> None:
+    key = Scheduler.__new__(Scheduler)._key
+    assert key(10.0004, 0.1) == pytest.approx(10.001)  # a 100 ms poll interval: up to 1 ms late
+    assert key(10.0004, 0.008) == pytest.approx(10.001)
+    assert key(10.0004, 0.0079) == 10.0004  # a short RTO or a probe: exact
+    assert key(10.0004, 0.0003) == 10.0004
+    assert key(10.002, 0.5) == pytest.approx(10.002)  # on the grid already: not later
+
+
 def test_a_late_wake_up_takes_the_answers_already_queued_not_timeouts(tmp_path: Path) -> None:
     """The loop stalls right after sending several requests, past their RTO, while the devices (in
     another process) answer; one datagram is read per readable callback: the timer's wake-up reads
