@@ -549,7 +549,7 @@ class Bridge:
         self._flusher: asyncio.Task[None] | None = None
         self._serial_open: list[Any] = []
         self._metrics_stop: Callable[[], None] | None = None
-        self._forwarder: Forwarder | None = None  # [mqtt]: publishes what is committed
+        self.forwarder: Forwarder | None = None  # [mqtt]: publishes what is committed
         self._udp: _UdpSocket | None = None
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="leadwire-store")
         self._flush_lock: asyncio.Lock | None = None
@@ -626,8 +626,8 @@ class Bridge:
             self.clients[d.id] = client
             self.runners[d.id] = r
         if cfg.mqtt is not None:
-            self._forwarder = Forwarder(cfg.mqtt, cfg.store, self.log)
-            self._forwarder.start()
+            self.forwarder = Forwarder(cfg.mqtt, cfg.store, self.log)
+            self.forwarder.start()
         logs.event(self.log, logging.INFO, "bridge_started", bridge_id=cfg.bridge_id, devices=len(devices),
                    store=cfg.store, metrics_port=self.metrics_port, shard="%d/%d" % cfg.shard)  # fmt: skip
         self._flusher = loop.create_task(self._flush_loop())
@@ -758,8 +758,8 @@ class Bridge:
             conflicts = await loop.run_in_executor(self._writer, self.store.write, batch)
             done = now_us()
             self.sched.resume()
-            if self._forwarder is not None:
-                self._forwarder.poke()
+            if self.forwarder is not None:
+                self.forwarder.poke()
             if conflicts:
                 self.store_conflicts += conflicts
                 logs.event(self.log, logging.WARNING, "store_conflict", rows=conflicts)
@@ -816,8 +816,8 @@ class Bridge:
         self._serial_open = []  # closed by their links
         if self.store is not None:
             await asyncio.get_running_loop().run_in_executor(self._writer, self.store.close)
-        if self._forwarder is not None:  # publishes what the last commit stored, then disconnects
-            await asyncio.get_running_loop().run_in_executor(self._writer, self._forwarder.stop)
+        if self.forwarder is not None:  # publishes what the last commit stored, then disconnects
+            await asyncio.get_running_loop().run_in_executor(self._writer, self.forwarder.stop)
         self._writer.shutdown(wait=True)
         self._release_resources()
         failed = repr(self.failed) if self.failed else None

@@ -82,6 +82,8 @@ class BridgeCollector(Collector):
         yield CounterMetricFamily("leadwire_store_commits", "store transactions committed", value=b.commits)
         yield CounterMetricFamily("leadwire_store_arrivals", "arrival rows committed", value=b.rows_committed)
         yield GaugeMetricFamily("leadwire_devices", "devices polled by this bridge", value=len(clients))
+        if b.forwarder is not None:  # [mqtt]
+            yield from b.forwarder.metrics()
         yield from self._histogram(
             "leadwire_commit_latency_seconds",
             "event generation (prefix_us timestamp) to store commit",

@@ -207,6 +207,7 @@ class Forwarder:
         self.read = dict(self.acked)  # everything up to these positions is published (or pending)
         self.pending: deque[tuple[str, int, Any]] = deque()  # (kind, position, MQTTMessageInfo)
         self.published = 0  # messages handed to the client
+        self.last_stored = 0  # the store's last arrival id when last read (for the backlog)
         self.connected = threading.Event()
         self._wake = threading.Event()
         self._stop = False
@@ -310,8 +311,25 @@ class Forwarder:
         if reader is not None:
             reader.close()
 
+    def metrics(self) -> list[Any]:
+        """Prometheus metric families (the bridge's /metrics, metrics.py)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        behind = max(0, self.last_stored - self.acked["arrivals"])
+        up = 1 if self.connected.is_set() else 0
+        published = (
+            "messages handed to the MQTT client (events, losses, boots; QoS 0: again after a reconnect)"
+        )
+        lag = "store arrival rows (reports included) after the last one the broker acknowledged"
+        return [
+            GaugeMetricFamily("leadwire_mqtt_connected", "1 while connected to the MQTT broker", value=up),
+            CounterMetricFamily("leadwire_mqtt_published", published, value=self.published),
+            GaugeMetricFamily("leadwire_mqtt_behind", lag, value=behind),
+        ]
+
     def _publish_some(self, r: StoreReader) -> bool:
         """Publish one page of each kind after what was read; True when any rows were found."""
+        self.last_stored = r.last_arrival_id()
         c, room = self.cfg, MAX_PENDING - len(self.pending)
         rows: list[tuple[str, int, tuple[str, dict[str, Any]]]] = []
         for e in r.event_arrivals(self.read["arrivals"], limit=min(PAGE, room)):

@@ -16,6 +16,7 @@ import pytest
 from leadwire.bridge import logs
 from leadwire.bridge.config import ConfigError, parse
 from leadwire.bridge.daemon import Bridge
+from leadwire.bridge.metrics import generate_latest, make_registry
 from leadwire.bridge.mqtt_forward import Forwarder, load_cursor, parse_mqtt
 from leadwire.bridge.store import Batch
 from leadwire.bridge.store_reader import StoreReader
@@ -159,6 +160,13 @@ def test_the_bridge_forwards_what_it_commits_through_a_broker_outage(tmp_path: P
                 broker.stop()  # away while the next 30 are polled and stored
             elif want == 60:
                 broker.start()
+        fwd = b.forwarder
+        assert fwd is not None
+        with StoreReader(cfg.store) as r:  # every row stored so far acknowledged by the broker
+            await wait_for(lambda: fwd.acked["arrivals"] == fwd.last_stored == r.last_arrival_id())
+        metrics = generate_latest(make_registry(b)).decode()
+        assert "leadwire_mqtt_connected 1.0" in metrics and "leadwire_mqtt_behind 0.0" in metrics
+        assert "leadwire_mqtt_published_total %.1f" % fwd.published in metrics
         await b.stop()
         await fleet.stop()
         return b
