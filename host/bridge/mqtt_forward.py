@@ -149,17 +149,7 @@ def _level(device_id: str) -> str:
 
 
 def event_message(cfg: MqttConfig, e: EventArrival) -> tuple[str, dict[str, Any]]:
-    return cfg.topic.format(device=_level(e.device_id), channel=e.channel), {
-        "id": e.id,
-        "device": e.device_id,
-        "boot_epoch": e.boot_epoch,
-        "channel": e.channel,
-        "offset": e.offset,
-        "lead": e.lead,
-        "duplicate": e.duplicate,
-        "rx_us": e.rx_us,
-        "payload": e.data.hex() if e.data is not None else None,
-    }
+    return cfg.topic.format(device=_level(e.device_id), channel=e.channel), e.as_json()
 
 
 def loss_message(cfg: MqttConfig, r: LossEntry) -> tuple[str, dict[str, Any]]:

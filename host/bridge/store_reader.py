@@ -95,6 +95,20 @@ class EventArrival(NamedTuple):
     rx_us: int  # when the bridge received it (us since the epoch)
     data: bytes | None  # the payload (None for a duplicate arrival, which keeps no copy)
 
+    def as_json(self) -> dict[str, Any]:
+        """Its JSON form, as `leadwire events --json` prints it and the MQTT forwarder publishes it."""
+        return {
+            "id": self.id,
+            "device": self.device_id,
+            "boot_epoch": self.boot_epoch,
+            "channel": self.channel,
+            "offset": self.offset,
+            "lead": self.lead,
+            "duplicate": self.duplicate,
+            "rx_us": self.rx_us,
+            "payload": self.data.hex() if self.data is not None else None,
+        }
+
 
 class LossEntry(NamedTuple):
     rowid: int  # a loss row is rewritten when its recovery ends: a new rowid, so it is seen again

@@ -17,7 +17,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -27,21 +26,6 @@ from leadwire.bridge.store_reader import EventArrival, StoreReader, parse_time
 HEAD = ("id", "received (UTC)", "device", "boot", "ch", "offset", "lead", "dup", "payload")
 PAYLOAD_SHOWN = 16  # bytes of payload shown (hex) in the table; --json has all of it
 PAGE = 5000  # rows read per query
-
-
-def as_json(e: EventArrival) -> dict[str, Any]:
-    """The JSON form of one arrival (`events --json`, the MQTT forwarder's payload)."""
-    return {
-        "id": e.id,
-        "device": e.device_id,
-        "boot_epoch": e.boot_epoch,
-        "channel": e.channel,
-        "offset": e.offset,
-        "lead": e.lead,
-        "duplicate": e.duplicate,
-        "rx_us": e.rx_us,
-        "payload": e.data.hex() if e.data is not None else None,
-    }
 
 
 def _when(us: int) -> str:
@@ -127,7 +111,7 @@ def events(
                 shown += len(page)
                 if json_lines:
                     for e in page:
-                        click.echo(json.dumps(as_json(e), separators=(",", ":")))
+                        click.echo(json.dumps(e.as_json(), separators=(",", ":")))
                 else:
                     _table([_cells(e) for e in page], widths)
                 sys.stdout.flush()
