@@ -88,6 +88,19 @@ class PollConfig:
     # periodic HELLO: catches restarts of devices with empty rings
     hello_interval: float = _setting(10.0, _P, (0.1, 86400.0))
     ack_timeout: float = _setting(1.0, _P, (0.01, 60.0))  # SUBSCRIBE not acknowledged within this: send again
+    # tuning of the bridge client's request timing (host/bridge/timing.py), not TOML settings: the
+    # measured defaults; tests and simulations set them to compare a rule with and without
+    pipeline_min_events: float = 4.0  # events generated per round trip from which pipelined POLLs pay
+    gen_rate_span: float = 0.002  # s: the generation rate is measured over answers at least this far apart
+    dead_silence: float = 0.5  # the dead-link backoff waits for silent rounds adding up to this x timeout
+    probe_margin: float = 0.0002  # s: the tail-loss probe fires at SRTT + 2 RTTVAR + this
+    probe_recent: int = 2000  # sends after a frame showed a datagram lost during which the link is lossy
+    turnover_slack: float = 0.25  # added to a turnover estimate that stays within the ring
+    # the lossy-link rules on (leadwire.hold's HoldingPollClient.RULES, and the bridge's third_poll):
+    # all by default; a simulation leaves one out to measure what it pays
+    rules: tuple[str, ...] = (
+        "chase_past_n1", "take_held", "skip_past_held", "predict_held_end", "third_poll",
+    )  # fmt: skip
     # rounds in a row without a valid answer after which a device is reported unreachable (reach.py)
     unreachable_rounds: int = _setting(5, _P, (1, 1000))
 

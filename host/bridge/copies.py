@@ -14,11 +14,10 @@ POLL (a POLL with the tag and low half of n of the one it answered last is not a
 | frame 0 of a copied POLL's answer arrives twice, COPIES_ANSWERED | off for good, `off_reason`  |
 |   times and a quarter of the copies sent (older firmware)       |                             |
 
-Why the floor: a copy costs the bridge a send and the board a read per POLL; paired netem runs at 1%
-loss each way showed no gain (0.93-0.99 of no copies), at 5% 1.08-1.10 (docs/benchmarks.md, fifth
-round). The loss estimate: gaps, each counted once (at the n it stood at: the frames held behind one
-gap are one loss), per polling frame received, both halved every LOSS_SPAN frames; 0.010 at 1% loss
-each way, 0.035-0.06 at 5% in virtual time.
+Why the floor: a copy costs the bridge a send and the board a read per POLL, and pays only where
+datagrams are lost often enough (docs/benchmarks.md has the paired runs at 1% and 5%). The loss
+estimate: gaps, each counted once (at the n it stood at: the frames held behind one gap are one
+loss), per polling frame received, both halved every LOSS_SPAN frames.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Retransmission timing of one device's link: RFC 6298's SRTT/RTTVAR/RTO, sans-I/O (time passed in).
 
 The bridge sends a request and waits for its answer; how long it waits before it sends the
-request again is the RTO this module computes from the round trips it measured on that link, in
-place of a constant (a fixed 0.25 s on a loopback link whose round trip is 0.2 ms left the board
-idle for ~1,000 round trips per lost datagram).
+request again is the RTO this module computes from the round trips it measured on that link: a
+constant long enough for the slowest link idles a fast one for a thousand of its round trips per
+lost datagram.
 
 Samples are exact (Karn's rule without its blind spot): every request carries a fresh tag (the
 header's message id) and the device echoes it, so an answer names the send it answers. A request

@@ -42,9 +42,8 @@
 # The caller may also say how many events it expects the ring to turn over before its next POLL
 # reaches the device (`turnover`: the device's event rate x the link's round trip): an overrun
 # RECOVERY then starts that far past n0 at once (at most three quarters of the held range), rather
-# than polling from n0 - 1 and learning it is gone one round trip later. On a 60-slot ring filling
-# in 1.5 ms, with round trips of ~1 ms, the spec's n0 - 1 was almost always overwritten: every
-# overrun took three or four round trips of RECOVERY answers before an event came.
+# than polling from n0 - 1 and learning it is gone one round trip later (where a ring turns over in
+# about a round trip, n0 - 1 is overwritten before the POLL gets there, again and again).
 #
 # Going on past a RECOVERY (opt-in: follow = True, burst POLLs only): the POLL asks the device to
 # go on with the events from n0 in the same burst (messages.POLL_FOLLOW). A RECOVERY that says so

@@ -48,8 +48,16 @@ RECENT_TAGS = 6  # POLL tags whose frames may be held
 
 
 class HoldingPollClient(PollClient):
-    def __init__(self, n=0, epoch=None, fresh=True):
+    # the rules above, each on unless left out of `rules` (to measure what it pays):
+    #   chase_past_n1     a chase's turnover skip uncapped, past n1 if need be (else 3/4 of the range)
+    #   take_held         an overrun RECOVERY takes the held frames whose gaps it shows overwritten
+    #   skip_past_held    ... and starts past the turnover after them (_skip_after_held)
+    #   predict_held_end  a gap repoll goes with a POLL from the held burst's end (_held_end)
+    RULES = ("chase_past_n1", "take_held", "skip_past_held", "predict_held_end")
+
+    def __init__(self, n=0, epoch=None, fresh=True, rules=RULES):
         super().__init__(n, epoch, fresh)
+        self.rules = frozenset(rules)
         self.held = {}  # first offset -> EVENTS frame, all ahead of s(n)
         self.recent = []  # tags of the last RECENT_TAGS POLLs since a RECOVERY or restart
         self.taken = []  # (frame, events) the last EVENTS result came from
@@ -67,6 +75,30 @@ class HoldingPollClient(PollClient):
         self.gap_losses = []
         self.absorbed = 0  # overrun RECOVERYs that took held frames
         self.turnover_skips = 0  # of those, the ones that then started past the held frames' end
+
+    def resume(self, tag, loss=None):
+        """Start the tags at `tag`, and go on with `loss` as the open Loss (a caller restoring its
+        stored state: the recovery phase it had not finished)."""
+        self.tag = tag & 0xFF
+        if loss is not None:
+            self.loss = loss
+
+    def on_probe(self):
+        """A tail-loss probe timed out before the RTO: a transport error, not a silent round (the
+        caller sends the same request again at once)."""
+        self.transport_errors += 1
+
+    def ask_gap(self):
+        """A frame of the burst before the outstanding pipelined POLL went missing: the next request
+        asks for the gap now (the pipelined POLL's answer is still taken or held when it comes)."""
+        self.repoll = True
+
+    def take_gap_losses(self):
+        """The Losses an overrun RECOVERY that took held frames wrote since the last call, in order
+        (the caller records them before the events of that answer)."""
+        out = self.gap_losses
+        self.gap_losses = []
+        return out
 
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
         end = None
@@ -110,6 +142,8 @@ class HoldingPollClient(PollClient):
     def _held_end(self, max_frames):
         # where the burst the held frames belong to ends: their run from the gap on, plus the last
         # one's backlog when the frames still due can carry it; None if that cannot be told
+        if "predict_held_end" not in self.rules:
+            return None
         held = self.held
         n = self.n
         k = min(held, key=lambda x: distance(x, n))
@@ -259,7 +293,8 @@ class HoldingPollClient(PollClient):
         # held frames first: what they carry is in hand, whatever the ring overwrote since; only the
         # gaps between them that end before n0 are gone (a gap reaching n0 the device still holds).
         # When the events from n0 follow, only frames that end before n0 (the rest come again)
-        out, gaps = self._take_held(n0, follows) if self.held else (None, None)
+        take = self.held and "take_held" in self.rules
+        out, gaps = self._take_held(n0, follows) if take else (None, None)
         start = succ(self.n)
         if out is not None and not lt(start, n0):
             # they reach what the device holds: the gaps are the loss, nothing restarts (unless the
@@ -280,7 +315,7 @@ class HoldingPollClient(PollClient):
             # past n1 (at most 4 rings) only in a chase: a RECOVERY after one with no event between
             # shows the ring turning over faster than a round trip. The first stays within 3/4 of
             # the held range (PollClient's cap): a device that stopped still has its ring to give
-            cap = 4 * (held + 1) if self._chasing else held * 3 // 4
+            cap = 4 * (held + 1) if self._chasing and "chase_past_n1" in self.rules else held * 3 // 4
             skip = min(self.turnover, cap)
             if skip == held + 1:
                 # not onto n1 exactly: the whole ring skipped and nothing unproven, so a device that
@@ -312,7 +347,7 @@ class HoldingPollClient(PollClient):
         # n0 at once, within 3/4 of the rest of the held range (all generated: counted lost, exact)
         # (No skip when the held frames end at n1: the device generated nothing after them, and
         # distance() is unsigned: n1 - start would wrap to ~2^32 and skip past the newest event)
-        if tag != self.tag or lt(n1, start):
+        if tag != self.tag or lt(n1, start) or "skip_past_held" not in self.rules:
             return 0
         return min(self.turnover - distance(start, n0), distance(n1, start) * 3 // 4)
 

@@ -30,6 +30,14 @@ from .test_rtt import Link
 CLEAN = {"loss": 0.0, "dup": 0.0, "reorder": 0.0, "spike": 0.0}
 
 
+class OldFirmwareCore(SimCore):
+    """A device without the copy rule: it answers a copy of the POLL it answered last, too."""
+
+    def _handle(self, f: Any) -> list[bytes]:
+        self.last_poll = -1
+        return super()._handle(f)
+
+
 class BusyLink(Link):
     """Link with a one-way delay of `owd` (+ up to `jitter`) and a device that is busy while it answers."""
 
@@ -132,12 +140,15 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
         owd: float = 0.0004, jitter: float = 0.0002, req_us: float = 30.0, ev_us: float | None = None,
         step_us: float = 20.0, idle: float = 0.0, spike: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
         copies: bool = True, host_us: float = 0.0, host_ev_us: float = 0.0, stall: float = 0.0,
-        stall_ms: float = 0.0, check_every: int = 0, **poll_kw: Any) -> dict[str, Any]:  # fmt: skip
+        stall_ms: float = 0.0, check_every: int = 0, old_firmware: bool = False,
+        **poll_kw: Any) -> dict[str, Any]:  # fmt: skip
     """One run: `rate` events/s of `size` bytes into a `ring`-slot ring for `window` s at `loss` each
     way, then drained on a clean link; exact accounting checked. `poll_kw`: PollConfig fields that
     differ from the defaults here (the netem bench's timeout=0.02, backoff_max=0.05)."""
     rng = random.Random(seed)
-    core = SimCore(0, capacity=ring, slot_size=size, payload_size=size, start=rng.randrange(2**32))
+    core = (OldFirmwareCore if old_firmware else SimCore)(
+        0, capacity=ring, slot_size=size, payload_size=size, start=rng.randrange(2**32)
+    )
     kw: dict[str, Any] = dict(batch=255, max_bytes=1460, frames=16, pipeline=True, timeout=0.25,
                               interval=0.005, interval_min=0.0, interval_max=0.05, rto_min=0.002,
                               backoff_max=0.25, copies=copies)  # fmt: skip
@@ -148,8 +159,8 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
     link = BusyLink(cl, core, rng, dict(CLEAN, loss=loss), owd, jitter, req_us, ev_us)
     link.host_s, link.host_ev_s = host_us * 1e-6, host_ev_us * 1e-6
     link.stall_p, link.stall_s = stall, stall_ms * 1e-3
+    tick = [0]
     if check_every:
-        tick = [0]
 
         def check() -> None:
             tick[0] += 1
@@ -228,6 +239,7 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
         "copies": cl.copies.sent,
         "copies_answered": cl.copies.answered_twice,
         "device_copies": getattr(core, "copies", 0),
+        "checks": tick[0] // check_every if check_every else 0,  # accounting checks made
     }
 
 

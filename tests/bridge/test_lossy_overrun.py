@@ -19,10 +19,8 @@ from typing import Any
 import pytest
 
 from leadwire import codec, wire
-from leadwire.bridge import client as bclient
 from leadwire.bridge.client import DeviceClient
 from leadwire.bridge.config import DeviceConfig, PollConfig
-from leadwire.hold import HoldingPollClient
 from leadwire.tools.simdevice import SimCore
 
 from .helpers import make_client
@@ -32,11 +30,13 @@ from .test_rtt import Link
 pytestmark = pytest.mark.timeout(120)
 
 
-def run(seed: int, rate: int, loss: float, ms: int = 400, follow: bool = False) -> dict[str, Any]:
+def run(
+    seed: int, rate: int, loss: float, ms: int = 400, follow: bool = False, **tuning: Any
+) -> dict[str, Any]:
     rng = random.Random(seed)
     core = SimCore(0, capacity=24, start=rng.randrange(2**32))
-    poll = PollConfig(batch=8, frames=4, pipeline=True, timeout=0.1, interval=0.002,
-                      interval_min=0.0, interval_max=0.01, rto_min=0.001, follow=follow)  # fmt: skip
+    poll = PollConfig(batch=8, frames=4, pipeline=True, timeout=0.1, interval=0.002, interval_min=0.0,
+                      interval_max=0.01, rto_min=0.001, follow=follow, **tuning)  # fmt: skip
     cl = DeviceClient(1, DeviceConfig("dev", "udp"), poll)
     link = Link(cl, core, rng, {"loss": loss, "dup": 0.0, "reorder": 0.0, "spike": 0.0})
     link.push(0.0, "due", None)
@@ -56,14 +56,12 @@ def run(seed: int, rate: int, loss: float, ms: int = 400, follow: bool = False) 
             "generated": core.generated}  # fmt: skip
 
 
-def test_overrun_starts_past_the_turnover_fewer_empty_round_trips_same_exact_count(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_overrun_starts_past_the_turnover_fewer_empty_round_trips_same_exact_count() -> None:
     seeds = range(6)
     now = [run(s, 16, 0.05) for s in seeds]
-    with monkeypatch.context() as m:
-        m.setattr(bclient, "GEN_RATE_SPAN", 1e9)  # no generation rate: turnover 0, the spec's n0 - 1
-        spec = [run(s, 16, 0.05) for s in seeds]
+    spec = [
+        run(s, 16, 0.05, gen_rate_span=1e9) for s in seeds
+    ]  # no generation rate: turnover 0, the spec's n0 - 1
     print("now", now, "\nspec", spec)
     assert all(r["turnover"] > 0 for r in now) and all(r["turnover"] == 0 for r in spec)
     chased_now, chased_spec = sum(r["chased"] for r in now), sum(r["chased"] for r in spec)
@@ -78,7 +76,7 @@ def test_no_overrun_no_skip() -> None:
     assert r["overruns"] == 0 and r["lost"] == 0 and r["all"] == 400
 
 
-def test_gap_repoll_with_a_second_poll_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gap_repoll_with_a_second_poll_in_flight() -> None:
     """A frame lost inside a burst: the gap repoll goes out with a second POLL from where the held
     frames' burst ends (leadwire.hold), so the ring is drained while the gap is filled. Same seeds
     without the second POLL (the gap alone, then the next POLL a round trip later): fewer events
@@ -87,9 +85,7 @@ def test_gap_repoll_with_a_second_poll_in_flight(monkeypatch: pytest.MonkeyPatch
     both (run() asserts it)."""
     cases = [(s, 16, 0.05) for s in range(5)] + [(s, 12, 0.01) for s in range(5)]
     two = [run(*c) for c in cases]
-    with monkeypatch.context() as m:
-        m.setattr(HoldingPollClient, "_held_end", lambda self, max_frames: None)
-        one = [run(*c) for c in cases]
+    one = [run(*c, rules=tuple(x for x in PollConfig.rules if x != "predict_held_end")) for c in cases]
     print("two", two, "\none", one)
     assert all(r["gap_ahead"] > 0 for r in two) and all(r["gap_ahead"] == 0 for r in one)
     assert sum(r["stored"] for r in two) > 1.1 * sum(r["stored"] for r in one)

@@ -15,9 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leadwire import client as core
-from leadwire.bridge import client as bclient
-from leadwire.hold import HoldingPollClient
+from leadwire.bridge.config import PollConfig
 
 from .helpers import make_client
 from .lossy_sim import run
@@ -27,49 +25,49 @@ pytestmark = pytest.mark.timeout(300)
 SEEDS = range(3)
 
 
+def without(rule: str) -> tuple[str, ...]:
+    """PollConfig.rules with one rule left out."""
+    return tuple(x for x in PollConfig.rules if x != rule)
+
+
 def mean(rows: list[dict[str, float]], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
 
 
-def test_a_ring_turning_over_faster_than_a_round_trip_is_read_past_its_newest(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_ring_turning_over_faster_than_a_round_trip_is_read_past_its_newest() -> None:
     """256 B at 100,000/s into 60 slots (0.6 ms) with round trips of ~1 ms: the turnover skip capped
     at 3/4 of the held range always lands on overwritten events, the chase never ends and nothing
     is stored; started past n1 (leadwire.hold) the POLL lands inside the ring."""
     now = [run(256, 60, 100_000, 0.0, seed=s, window=0.2, follow=False) for s in SEEDS]
-    with monkeypatch.context() as m:
-        m.setattr(HoldingPollClient, "_recovery", core.PollClient._recovery)  # the 3/4 cap, no absorb
-        before = [run(256, 60, 100_000, 0.0, seed=s, window=0.2, follow=False) for s in SEEDS]
+    before = [run(256, 60, 100_000, 0.0, seed=s, window=0.2, follow=False, rules=without("chase_past_n1"))
+              for s in SEEDS]  # fmt: skip
     print("now", now, "\nbefore", before)
     assert mean(before, "ev_s") < 1_000 < 5_000 < mean(now, "ev_s")
     assert all(r["past_newest"] > 0 for r in now) and mean(now, "aheads") > 0  # the rule acted
     assert all(r["past_newest"] == 0 for r in before)
 
 
-def test_held_frames_are_taken_across_an_overrun(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_held_frames_are_taken_across_an_overrun() -> None:
     """A frame lost in a burst at a rate where the gap is overwritten before its repoll lands: the
     held frames after it are taken with only the gap counted lost, instead of restarting past n0."""
     now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in SEEDS]
-    with monkeypatch.context() as m:
-        m.setattr(HoldingPollClient, "_take_held", lambda self, n0, follows=False: (None, 0))
-        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in SEEDS]
+    before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False, rules=without("take_held"))
+              for s in SEEDS]  # fmt: skip
     print("now", now, "\nbefore", before)
     assert mean(now, "ev_s") > 1.1 * mean(before, "ev_s")
     assert all(r["absorbed"] > 0 for r in now) and all(r["absorbed"] == 0 for r in before)
     assert mean(now, "lost") < mean(before, "lost")
 
 
-def test_after_held_frames_the_poll_starts_past_the_turnover(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_after_held_frames_the_poll_starts_past_the_turnover() -> None:
     """5% loss, 256 B at 40,000/s into 60 slots: an overrun RECOVERY takes held frames that reach
     what the device held, but the ring turns over past their end before the next POLL lands. Started
     past the turnover at once (leadwire.hold's _skip_after_held) instead of from their end (answered
     by another RECOVERY a round trip later): more events stored, fewer counted lost."""
     seeds = range(4)
     now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in seeds]
-    with monkeypatch.context() as m:
-        m.setattr(HoldingPollClient, "_skip_after_held", lambda self, tag, start, n0, n1: 0)
-        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in seeds]
+    before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False, rules=without("skip_past_held"))
+              for s in seeds]  # fmt: skip
     print("now", now, "\nbefore", before)
     assert all(r["turnover_skips"] > 0 for r in now) and all(r["turnover_skips"] == 0 for r in before)
     assert mean(now, "ev_s") > 1.04 * mean(before, "ev_s")
@@ -93,57 +91,45 @@ def test_poll_copies_keep_a_lost_poll_from_silencing_the_device() -> None:
     assert mean(now, "lost") < 0.9 * mean(before, "lost")
 
 
-def test_a_device_that_answers_both_copies_gets_no_more(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_device_that_answers_both_copies_gets_no_more() -> None:
     """A device without the copy rule (older firmware) answers both copies: every doubled answer is
     stale (nothing stored twice: run's exact checks); after 16 of them the client stops copying."""
-    from leadwire.tools.simdevice import SimCore
-
-    handle = SimCore._handle
-
-    def no_rule(self: SimCore, f: Any) -> list[bytes]:
-        self.last_poll = -1  # forgets the POLL it answered: answers its copy too
-        return handle(self, f)
-
-    monkeypatch.setattr(SimCore, "_handle", no_rule)
-    r = run(256, 60, 40_000, 0.05, seed=0, window=0.3)
+    r = run(256, 60, 40_000, 0.05, seed=0, window=0.3, old_firmware=True)
     print(r)
     assert r["device_copies"] == 0
     assert 16 <= r["copies_answered"] <= r["copies"]
     assert r["copies_answered"] * 4 >= r["copies"]  # it stopped once a quarter were answered twice
 
 
-def test_the_turnover_skip_leans_long_within_the_ring(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_turnover_skip_leans_long_within_the_ring() -> None:
     """5% loss, 256 B at 40,000/s into 60 slots: the turnover estimate fell a few events short of the
     ring's oldest again and again in a chase (each short skip: one more RECOVERY and a round trip);
-    with a quarter more (bclient.TURNOVER_SLACK) fewer chased overruns and more events stored. Past
+    with a quarter more (PollConfig.turnover_slack) fewer chased overruns and more events stored. Past
     the ring (100,000/s) it is not applied: the same runs with or without it."""
     seeds = range(4)
     now = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in seeds]
     fast = [run(256, 60, 100_000, 0.05, seed=s, window=0.1, follow=False) for s in seeds[:2]]
-    with monkeypatch.context() as m:
-        m.setattr(bclient, "TURNOVER_SLACK", 0.0)
-        before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False) for s in seeds]
-        fast_before = [run(256, 60, 100_000, 0.05, seed=s, window=0.1, follow=False) for s in seeds[:2]]
+    before = [run(256, 60, 40_000, 0.05, seed=s, window=0.3, follow=False, turnover_slack=0.0) for s in seeds]
+    fast_before = [run(256, 60, 100_000, 0.05, seed=s, window=0.1, follow=False, turnover_slack=0.0)
+                   for s in seeds[:2]]  # fmt: skip
     print("now", now, "\nbefore", before)
     assert mean(now, "chased") < 0.9 * mean(before, "chased")
     assert mean(now, "ev_s") > 1.02 * mean(before, "ev_s")
     assert [r["ev_s"] for r in fast] == [r["ev_s"] for r in fast_before]
 
 
-def test_tail_loss_probe_cuts_the_idle_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tail_loss_probe_cuts_the_idle_wait() -> None:
     """5% loss each way, 64 B at 60,000/s: the probe at SRTT + 2 RTTVAR finds a lost POLL or answer
     sooner than the RTO floor (2 ms): less time idle waiting, fewer events lost."""
     now = [run(64, 264, 60_000, 0.05, seed=s, window=0.3) for s in SEEDS]
-    with monkeypatch.context() as m:
-        m.setattr(bclient, "PROBE_RECENT", 0)  # never armed
-        before = [run(64, 264, 60_000, 0.05, seed=s, window=0.3) for s in SEEDS]
+    before = [run(64, 264, 60_000, 0.05, seed=s, window=0.3, probe_recent=0) for s in SEEDS]  # never armed
     print("now", now, "\nbefore", before)
     assert mean(now, "probes") > 0 == mean(before, "probes")
     assert mean(now, "idle_rto") < 0.85 * mean(before, "idle_rto")
     assert mean(now, "lost") < mean(before, "lost")
 
 
-def test_a_third_poll_keeps_the_device_busy_across_an_early_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_third_poll_keeps_the_device_busy_across_an_early_gap() -> None:
     """1% loss, 64 B at 150,000/s into 264 slots: a frame lost in a burst is asked for at once, while
     the pipelined POLL after that burst is out; its answer then arrives held behind the gap. The POLL
     from that held burst's end goes out as soon as its first frame tells where it ends, instead of
@@ -151,9 +137,8 @@ def test_a_third_poll_keeps_the_device_busy_across_an_early_gap(monkeypatch: pyt
     overruns that followed such a gap happen."""
     seeds = range(4)
     now = [run(64, 264, 150_000, 0.01, seed=s, window=0.3, follow=False) for s in seeds]
-    with monkeypatch.context() as m:
-        m.setattr(bclient.DeviceClient, "_third_poll", lambda self, f: False)
-        before = [run(64, 264, 150_000, 0.01, seed=s, window=0.3, follow=False) for s in seeds]
+    before = [run(64, 264, 150_000, 0.01, seed=s, window=0.3, follow=False, rules=without("third_poll"))
+              for s in seeds]  # fmt: skip
     print("now", now, "\nbefore", before)
     assert all(r["third_polls"] > 0 for r in now) and all(r["third_polls"] == 0 for r in before)
     assert mean(now, "lost") < 0.8 * mean(before, "lost")
@@ -193,51 +178,13 @@ def test_property_every_event_stored_once_or_counted_lost(
     run(size, ring, rate, loss, seed=seed, window=0.05, owd=owd, jitter=owd / 2, follow=follow)
 
 
-def test_loss_rows_each_cover_what_they_count_from_client_n_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Readers of the losses table (bench/peer_mqtt/lw_host.py's silent-loss count) take a row's
-    events as client_n + 1 on, up to what was stored next. An overrun RECOVERY that took held frames
-    writes the gaps behind them as one row and the overrun past them as another, from the frames'
-    end: one row for both over-counted where a run stopped right after it (-51 in a netem bench run).
-    Checked at 200 instants of lossy runs, before any drain: stored + counted never exceed the span."""
-    from . import lossy_sim
-
-    snaps: list[tuple[list[tuple[int, int]], list[tuple[str, int, int | None]]]] = []
-    holder: dict[str, bclient.DeviceClient] = {}
-    init = bclient.DeviceClient.__init__
-
-    def keep(self: bclient.DeviceClient, *a: object, **k: object) -> None:
-        init(self, *a, **k)  # type: ignore[arg-type]
-        holder["cl"] = self
-
-    until = lossy_sim.BusyLink.run_until
-    tick = [0]
-
-    def snap(self: lossy_sim.BusyLink, t_end: float) -> None:
-        until(self, t_end)
-        tick[0] += 1
-        cl = holder.get("cl")
-        if self.faults["loss"] > 0 and tick[0] % 200 == 0 and cl is not None and cl.out_events:
-            losses = {id(r): r for r in cl.out_losses}.values()
-            snaps.append(
-                ([(e[6], e[2]) for e in cl.out_events], [(r.cause, r.client_n, r.lost) for r in losses])
-            )
-
-    monkeypatch.setattr(bclient.DeviceClient, "__init__", keep)
-    monkeypatch.setattr(lossy_sim.BusyLink, "run_until", snap)
+def test_loss_rows_checked_every_20_frames_of_lossy_runs() -> None:
+    """Every 20th frame the host reads in lossy runs (before any drain): the one accounting check
+    (check_client) on the rows so far, with the device's start and newest offset as truth."""
+    checks = 0
     for seed, (size, ring, rate) in enumerate([(64, 264, 60_000), (256, 60, 40_000), (256, 60, 100_000)]):
-        run(size, ring, rate, 0.05, seed=seed, window=0.2, jitter=0.0006)
-    assert len(snaps) > 100
-    for events, losses in snaps:
-        offs = [o for _, o in sorted(events)]
-        first = offs[0]
-        span = max((o - first) & 0xFFFFFFFF for o in offs) + 1
-        counted = 0
-        for cause, client_n, lost in losses:
-            start = (client_n + 1 - first) & 0xFFFFFFFF
-            if cause != "first_contact" and lost is not None and start < 0x80000000:
-                counted += lost
-                span = max(span, start + lost)
-        assert span - len(offs) - counted >= 0
+        checks += run(size, ring, rate, 0.05, seed=seed, window=0.2, jitter=0.0006, check_every=20)["checks"]
+    assert checks > 100
 
 
 def test_the_probe_is_armed_by_a_gap_not_by_a_late_answer() -> None:
@@ -252,9 +199,7 @@ def test_the_probe_is_armed_by_a_gap_not_by_a_late_answer() -> None:
         assert clean["timeouts"] > 2 * clean["probes"]
 
 
-def test_a_lossy_udp_link_below_the_pipelining_rate_gets_the_probe_and_copies(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_lossy_udp_link_below_the_pipelining_rate_gets_the_probe_and_copies() -> None:
     """256 B at 5,000/s into 60 slots on a fast link (SRTT ~0.35 ms: under 4 events per round trip, no
     POLL pipelined; here pipelining off outright), 5% loss each way: the tail-loss probe and the POLL
     copies act there too (they used to need pipelining), and the timeouts drop. On the real bench
@@ -262,16 +207,14 @@ def test_a_lossy_udp_link_below_the_pipelining_rate_gets_the_probe_and_copies(
     overran the 12 ms ring, 31-100 events counted lost per 5 s run; with both 0 in 6 of 6 runs
     (docs/benchmarks.md)."""
 
-    def runs() -> list[dict[str, Any]]:
-        return [run(256, 60, 5000, 0.05, seed=s, window=0.5, owd=0.00015, jitter=0.00005, pipeline=False)
-                for s in range(4)]  # fmt: skip
+    def runs(**tuning: Any) -> list[dict[str, Any]]:
+        return [run(256, 60, 5000, 0.05, seed=s, window=0.5, owd=0.00015, jitter=0.00005, pipeline=False,
+                    **tuning) for s in range(4)]  # fmt: skip
 
     now = runs()
-    with monkeypatch.context() as m:
-        # the lossy-link condition never holds: neither acts (as with the rule before, which asked
-        # for pipelining too)
-        m.setattr(bclient, "PROBE_RECENT", 0)
-        before = runs()
+    # the lossy-link condition never holds: neither acts (as with the rule before, which asked for
+    # pipelining too)
+    before = runs(probe_recent=0)
     print("now", [(r["timeouts"], r["probes"], r["copies"], r["pipelined"], r["polls"]) for r in now],
           "\nbefore", [(r["timeouts"], r["probes"], r["copies"]) for r in before])  # fmt: skip
     assert all(r["pipelined"] == 0 for r in now + before)
@@ -281,7 +224,7 @@ def test_a_lossy_udp_link_below_the_pipelining_rate_gets_the_probe_and_copies(
 
 
 def test_the_slacked_turnover_stays_within_the_ring() -> None:
-    """The quarter more (TURNOVER_SLACK) goes on an estimate within the ring and keeps it there (at
+    """The quarter more (PollConfig.turnover_slack) goes on an estimate within the ring and keeps it there (at
     most capacity - 1; it used to reach the ring's size and beyond); an estimate past the ring is
     left as it is."""
     cl, _core, d = make_client(capacity=60, key=None)

@@ -5,7 +5,7 @@ bridge spares a dead link a bounded exponential backoff from ``timeout / 2``. It
 third silent round in a row whatever the RTO: with the 2 ms floor of a fast link, three timeouts in a
 row (about once per thousand round trips at 5% loss each way) were 14 ms of silence, then 125 ms
 idle, and a ring that holds less than that overran. Now it starts once the silent rounds' RTOs add
-up to ``timeout / 2`` (DEAD_SILENCE); with the default floor (0.1 s) that is still the third round.
+up to ``timeout / 2`` (PollConfig.dead_silence); with the default floor (0.1 s) that is still the third round.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import random
 import pytest
 
 from leadwire import u32, wire
-from leadwire.bridge import client as bclient
 from leadwire.bridge.client import DeviceClient
 from leadwire.bridge.config import DeviceConfig, PollConfig
 from leadwire.tools.simdevice import SimCore
@@ -65,14 +64,14 @@ def test_default_floor_backs_off_from_the_third_round_as_before() -> None:
     assert delays == [0.0, 0.0, 0.125, 0.25, 0.5, 1.0]
 
 
-def lossy_run(seed: int, ms: int = 4000) -> dict[str, int]:
+def lossy_run(seed: int, ms: int = 4000, **tuning: float) -> dict[str, int]:
     """A 64-slot ring filled at 1 event per ms (it holds 64 ms) polled over a link losing 5% each
     way, 2 ms RTO floor: every event stored once or counted lost, exactly."""
     rng = random.Random(seed)
     core = SimCore(0, capacity=64, start=rng.randrange(2**32))
     poll = PollConfig(batch=16, frames=4, pipeline=True, timeout=0.25, interval=0.002,
                       interval_min=0.0, interval_max=0.01, rto_min=0.002, backoff_max=1.0,
-                      copies=False)  # fmt: skip
+                      copies=False, **tuning)  # fmt: skip
     cl = DeviceClient(1, DeviceConfig("dev", "udp"), poll)
     link = Link(cl, core, rng, {"loss": 0.05, "dup": 0.0, "reorder": 0.0, "spike": 0.0})
     most = [0]
@@ -102,18 +101,15 @@ def lossy_run(seed: int, ms: int = 4000) -> dict[str, int]:
     return {"lost": lost, "most_in_a_row": most[0], "stored": len(stored)}
 
 
-def test_lossy_link_below_the_ring_loses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Same seeds, the backoff from the third round (DEAD_SILENCE 0: the rule before): three
+def test_lossy_link_below_the_ring_loses_nothing() -> None:
+    """Same seeds, the backoff from the third round (dead_silence 0: the rule before): three
     timeouts in a row come in about half the runs, and where they came while the ring was filling
     the 125 ms idle after them (twice what the ring holds) lost events."""
     # the dead-link rule alone: no tail-loss probe and no POLL copies (which since 2026-11-26 act at
     # every rate over UDP and make three silent rounds in a row rarer than the rule needs shown)
-    monkeypatch.setattr(bclient, "PROBE_RECENT", 0)
     seeds = range(8)
-    now = [lossy_run(s) for s in seeds]
-    with monkeypatch.context() as m:
-        m.setattr(bclient, "DEAD_SILENCE", 0.0)
-        before = [lossy_run(s) for s in seeds]
+    now = [lossy_run(s, probe_recent=0) for s in seeds]
+    before = [lossy_run(s, probe_recent=0, dead_silence=0.0) for s in seeds]
     print("now", now, "\nbefore", before)
     assert sum(r["most_in_a_row"] >= 3 for r in now) >= 3
     assert all(r["lost"] == 0 for r in now)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leadwire import client as c
 from leadwire import codec, messages, wire
+from leadwire import poll_states as ps
 from leadwire.bridge.accounting import check_boot, require
 from leadwire.hold import HoldingPollClient
 from leadwire.ring_host import HostRing
@@ -636,3 +638,72 @@ def test_overload_every_event_stored_once_or_counted_at_every_step(
     newest event: after every frame each offset the device made up to the client's n is taken
     once or in exactly one Loss (leadwire.bridge.accounting.check_boot), not only at the end."""
     pipelined_run(seed, capacity, start, hold=hold, overload=True)
+
+
+def run_states(seed: int, hold: bool) -> set[tuple[str, str]]:
+    """A lossy, duplicating, reordering run with overruns, turnover hints, follow bursts and device
+    restarts; every on_frame() and timeout checked against poll_states.TRANSITIONS. Returns the
+    (state, event) pairs seen."""
+    rng = random.Random(seed)
+    capacity = rng.randint(2, 30)
+    # every fourth run: a ring holding offset 0 (the first contact's probe flips)
+    start = (2**32 - rng.randint(1, capacity)) if seed % 4 == 0 else rng.randrange(2**32)
+    dev = Device(capacity=capacity, start=start, epoch=rng.getrandbits(32))
+    cl = HoldingPollClient() if hold else c.PollClient()
+    cl.pipeline = rng.random() < 0.5
+    cl.follow = rng.random() < 0.5
+    seen: set[tuple[str, str]] = set()
+    inflight: list[codec.Frame] = []
+
+    def step(kind: str | None, f: codec.Frame | None) -> None:
+        before, ep = ps.state_of(cl), cl.epoch
+        if f is None:
+            cl.on_timeout()
+            got = None
+        else:
+            got = cl.on_frame(f)[0]
+        after = ps.state_of(cl)
+        ev = ps.event_of(before, after, got, ep, cl.epoch, timed_out=f is None)
+        assert ps.next_state(before, ev) == after, (before, ev, after)
+        seen.add((before, ev))
+
+    for _ in range(300):
+        r = rng.random()
+        if r < 0.01:  # the device restarts: a new epoch, a new ring
+            dev = Device(capacity=capacity, start=rng.randrange(2**32), epoch=rng.getrandbits(32))
+        dev.emit(rng.choice([0, 1, 2, capacity // 2, capacity + 3, 3 * capacity]))
+        if r > 0.97:
+            cl.ask_hello()
+        cl.turnover = rng.choice([0, 0, capacity // 2, 2 * capacity])
+        req = cl.next_request(rng.randint(1, 6), max_frames=rng.randint(1, 6))
+        if rng.random() < 0.1:
+            step(None, None)  # lost
+            continue
+        inflight.extend(dev.burst(req) if req.type == wire.POLL else [dev.answer(req)])
+        while inflight:
+            f = inflight.pop(rng.randrange(len(inflight)) if rng.random() < 0.1 else 0)
+            if rng.random() < 0.08:
+                continue
+            if rng.random() < 0.05:
+                inflight.append(f)
+            step("frame", f)
+    return seen
+
+
+def test_every_step_is_a_transition_of_the_state_table() -> None:
+    """PollClient and HoldingPollClient over 60 runs: each answer and timeout moves the client as
+    leadwire.poll_states.TRANSITIONS says, and the runs reach every transition of the table but
+    two rare ones (a late answer before the first HELLO is answered; a restart shown by a HELLO
+    before the first contact's RECOVERY)."""
+    seen: set[tuple[str, str]] = set()
+    for seed in range(60):
+        seen |= run_states(seed, hold=seed % 2 == 1)
+    allowed = {(s, e) for s, row in ps.TRANSITIONS.items() for e in row}
+    assert seen <= allowed
+    assert allowed - seen <= {(ps.START, ps.STALE), (ps.FIRST_CONTACT, ps.HELLO_NEW)}
+
+
+def test_protocol_md_carries_the_state_table() -> None:
+    """docs/protocol.md 6.1 has poll_states.markdown() verbatim: the document and the code agree."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    assert ps.markdown() in doc
