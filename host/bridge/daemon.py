@@ -13,7 +13,13 @@ only moves bytes and time:
   drains the clients into one :class:`~leadwire.bridge.store.Batch` and commits it through the
   single store executor thread: in the store writer process (``[store] writer = "process"``, the
   default, :mod:`~leadwire.bridge.writer`) or on that thread itself (``"thread"``); report ACKs go
-  out only after their transaction committed.
+  out only after their transaction committed;
+* one look at every device every ``reach.TICK`` (:mod:`~leadwire.bridge.reach`): which devices
+  answer, the likely causes when one does not, its last contact for the store and the metrics.
+
+Before any of it, :meth:`Bridge.start` takes the resources in the order ``leadwire bridge --check``
+checks them (:mod:`~leadwire.bridge.preflight`: the store's lock, the metrics address, the UDP
+socket and routes, the serial ports), so a run that cannot have one creates nothing.
 
 If a commit fails the bridge stops without writing anything more: the store still holds a
 consistent offset for every device and the next run polls the missing events again.
