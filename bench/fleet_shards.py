@@ -6,15 +6,15 @@ instrumented from the outside, so that the same run can be made with another tre
 Every shard is a process running this file on a JSON spec: it starts its bridge, prints ``ready``,
 waits for ``go`` on stdin (so all shards measure the same window), lets the fleet settle for
 ``warmup`` seconds, then measures for ``seconds``: the CPU of its own process and of its store
-writer process, the round trips, timeouts and events of its clients, and the time of every request
-each device got (the poll intervals). After a clean stop it writes them as JSON beside its spec
-(``.out``). The parent
+writer process, the round trips, timeouts and events of its clients, and the time of every POLL
+each device got (the poll intervals; a HELLO every ``polling.hello_interval`` is a round trip, not
+a poll). After a clean stop it writes them as JSON beside its spec (``.out``). The parent
 measures the simulators' CPU over the same window and checks every store with this tree's
 host/bridge/accounting.py (``silent``: offsets neither stored nor counted lost, plus any stored
 twice, counted twice or never generated), whatever code wrote it.
 
-Per device: the mean interval between requests sent in the window against the nominal 1 / hz, and
-its p99; a device with fewer than two requests in the window counts as off on both.
+Per device: the mean interval between POLLs sent in the window against the nominal 1 / hz, and
+its p99; a device with fewer than two POLLs in the window counts as off on both.
 """
 
 from __future__ import annotations
@@ -200,6 +200,7 @@ def account(path: str) -> tuple[Ledger, int]:
 
 async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     from leadwire.bridge import logs
+    from leadwire.bridge.client import REQ_POLL
     from leadwire.bridge.config import parse
     from leadwire.bridge.daemon import Bridge
     from leadwire.bridge.writer import StoreProcess
@@ -220,12 +221,14 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     send = b.sched._send
 
     def timed_send(r: Any, now: float) -> None:
+        send(r, now)
+        if r.client.outstanding != REQ_POLL:
+            return  # a HELLO (every polling.hello_interval, the POLL right after it) is not a poll
         ts = sends.get(r)
         if ts is None:
             sends[r] = ts = []
-        if not ts or ts[-1] != now:  # copies and a second POLL go out at the same time: one request
+        if not ts or ts[-1] != now:  # copies and a second POLL go out at the same time: one poll
             ts.append(now)
-        send(r, now)
 
     b.sched._send = timed_send  # type: ignore[method-assign]
     loop = asyncio.get_running_loop()
