@@ -37,7 +37,9 @@ def package_json():
     import json
 
     urls = [["leadwire/%s.py" % m, "shared/leadwire/%s.py" % m] for m in sorted(DEVICE + HOST)]
-    return json.dumps({"urls": urls, "deps": [], "version": "0.1.0"}, indent=2) + "\n"
+    # host only (never on a board): CPython's json.dumps takes indent, the board stubs' does not
+    doc = {"urls": urls, "deps": [], "version": "0.1.0"}
+    return json.dumps(doc, indent=2) + "\n"  # type: ignore[call-overload]
 
 
 if __name__ == "__main__":
