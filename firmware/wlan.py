@@ -8,21 +8,39 @@ from micropython import const
 _RESTARTS = const(11)  # lwagent's health list: failed passes of a task (tests/firmware/test_records.py)
 
 
+def why(w):
+    # a failed join's cause as the console says it (None: not failed, or a cause the port does not
+    # name): the station's status against the port's STAT_* names (rp2: -3, -2, -1; ESP32: 202 ..)
+    s = w.status()
+    for n, t in (("STAT_WRONG_PASSWORD", "wrong key"), ("STAT_NO_AP_FOUND", "no such network")):
+        if s == getattr(network, n, None):
+            return t
+    return "join failed" if s == getattr(network, "STAT_CONNECT_FAIL", None) else None
+
+
 def join(c):
     ssid = c.get("ssid")
     if not ssid:
         return None
     w = network.WLAN(network.STA_IF)
     w.active(True)
-    for i in range(c.get("tries", 3)):
+    n = c.get("tries", 3)
+    for i in range(n):
         print("wlan: joining %s (try %d)" % (ssid, i + 1))
         w.connect(ssid, c.get("key", ""))
         t = time.ticks_ms()
+        e = None
         while time.ticks_diff(time.ticks_ms(), t) < 1000 * c.get("wait", 10):
             if w.isconnected():
                 print("wlan: up", w.ifconfig()[0])
                 return w
+            e = why(w)
+            if e:  # refused: said at once, the next try after a second
+                time.sleep_ms(1000)
+                break
             time.sleep_ms(250)
+        e = e or "timed out"
+        print("wlan: cannot join %s: %s (status %d, try %d of %d)" % (ssid, e, w.status(), i + 1, n))
         w.disconnect()
     print("wlan: no link yet; retrying in the background")
     return w
@@ -39,16 +57,23 @@ async def keep(w, c, h):
     import asyncio
 
     d = 5
+    up = -1  # the link at the last check (-1: not yet looked): its loss and return are said once each
     while True:
         await asyncio.sleep(d)
         try:
             if w.isconnected():
+                if up == 0:
+                    print("wlan: link up again")
+                up = 1
                 d = 5
                 continue
+            if up == 1:
+                print("wlan: link lost")
+            up = 0
             s = w.status()
             if s == network.STAT_CONNECTING or (s == 2 and network.STAT_CONNECTING == 1):
                 continue  # under way (Pico W's CYW43: 1 joining, 2 joined and waiting for DHCP)
-            print("wlan: link down, re-joining")
+            print("wlan: link down (%s), re-joining" % (why(w) or "status %d" % s))
             d = min(d * 2, 60)
             w.connect(c.get("ssid"), c.get("key", ""))
         except Exception as e:
