@@ -57,18 +57,18 @@ async def keep(w, c, h):
     import asyncio
 
     d = 5
-    up = -1  # the link at the last check (-1: not yet looked): its loss and return are said once each
+    up = -1  # the link at the last check (-1: not looked yet): each change is said once
     while True:
         await asyncio.sleep(d)
         try:
             if w.isconnected():
                 if up == 0:
-                    print("wlan: link up again")
+                    print("wlan: link up")
                 up = 1
                 d = 5
                 continue
-            if up == 1:
-                print("wlan: link lost")
+            if up:
+                print("wlan: no link")
             up = 0
             s = w.status()
             if s == network.STAT_CONNECTING or (s == 2 and network.STAT_CONNECTING == 1):

@@ -38,7 +38,7 @@ const CONTROL = 0, EVENT = 1, DATA = 2;
 const WLC_UP = 2, WLC_GET_BSSID = 23, WLC_GET_SSID = 25, WLC_SET_SSID = 26, WLC_DISASSOC = 52;
 const WLC_GET_RSSI = 127, WLC_GET_VAR = 262, WLC_SET_VAR = 263, WLC_SET_WSEC_PMK = 268;
 // async events (wl_event_msg_t) the driver acts on
-export const EV = { SET_SSID: 0, AUTH: 3, DEAUTH_IND: 6, DISASSOC: 11, LINK: 16, PSK_SUP: 46 };
+export const EV = { SET_SSID: 0, AUTH: 3, DEAUTH_IND: 6, DISASSOC: 11, LINK: 16, PSK_SUP: 46, ESCAN_RESULT: 69 };
 const SUP_KEYED = 6;
 
 const bswap = (v) => (((v & 0xff) << 24) | ((v & 0xff00) << 8) | ((v >>> 8) & 0xff00) | (v >>> 24)) >>> 0;
@@ -381,6 +381,7 @@ export class Cyw43 {
       const val = data.subarray(n.length + 1);
       this.vars.set(n, Uint8Array.from(val));
       if (n === 'cur_etheraddr' && val.length >= 6) this.mac = Uint8Array.from(val.subarray(0, 6));
+      if (n === 'escan') this.after(100, () => this.event(EV.ESCAN_RESULT, 0, 0)); // a scan: done, no results
       return null;
     }
     if (cmd === WLC_GET_VAR) {

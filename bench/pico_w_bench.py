@@ -1,0 +1,226 @@
+"""The agent on an emulated Raspberry Pi Pico W over Wi-Fi, beside the same board over UART0.
+
+    .venv/bin/python bench/pico_w_bench.py [--seconds 20] [--json]
+
+The board is the official MicroPython v1.26.1 RPI_PICO_W firmware on rp2040js with an emulated
+CYW43439 and access point (tools/pico, `leadwire board --kind pico-w`), flashed with `leadwire
+flash --board rp2` as a real Pico W. Figures are on the board's clock (rp2040js counts the CPU's
+cycles at 125 MHz): host load only slows the run in wall time. The emulated radio has no airtime:
+a frame costs the board what the driver and lwIP spend on it (gSPI transfers by PIO and DMA
+included), not the 802.11 medium, so the Wi-Fi figure is the board's ceiling, not a real link's.
+
+1. Acknowledged 64-byte events per second of the board's clock (stored by the real bridge,
+   host/bridge unchanged, pipelined burst POLLs): over Wi-Fi UDP (1472-byte frames) and over UART0
+   at 921,600 baud (2059-byte frames: bench/pico_bench.py's run), the sensor offering more than
+   either carries; the ratio UDP / UART.
+2. CPU cycles per acknowledged event on the UDP path (the whole board: asyncio loop, sensor,
+   answers, lwIP, the CYW43 driver).
+3. Free heap with Wi-Fi up and auth on (a random key, a signing client polling over UDP): after
+   boot ("leadwire: ready") and the lowest the health records show under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from goodput_bench import bridge_doc, run_bridge  # bench/ is the script's directory: on sys.path
+from pico_bench import FRAME, GP_EVENT, HZ, goodput
+
+from leadwire import messages, wire
+from leadwire.tools.authclient import AuthClient
+from leadwire.tools.board import PICO_W_KEY, PICO_W_SSID, PicoBoard, pico_files, pico_missing
+from leadwire.tools.picohil import configure, flashed_pico
+from leadwire.tools.wireclient import UdpLink
+
+UDP_FRAME = 1472  # the largest UDP frame the agent takes (one Ethernet MTU)
+UDP_OFFER = 6000  # events/s the sensor offers over Wi-Fi: more than the board's CPU answers
+WLAN = {"ssid": PICO_W_SSID, "key": PICO_W_KEY}
+NET = {**WLAN, "port": 4210}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def udp_goodput(board: PicoBoard, tmp: Path, warmup: float, seconds: float, hz: int) -> dict[str, Any]:
+    """Section 1 and 2 over Wi-Fi: the bridge polling the board's UDP port through the AP's NAT."""
+    cfg = {
+        "id": "bench",
+        "auth": False,
+        "ring": 512,
+        "slot": GP_EVENT,
+        "health": {"ms": 0},
+        "report": {"bytes": 64},
+        "serial": False,
+        "udp": {"port": NET["port"], "frame": UDP_FRAME},
+        "wlan": WLAN,
+        "sensors": [{"ch": 1, "hz": hz, "size": GP_EVENT}],
+    }
+    configure(board, cfg, timeout=120)
+    assert board.address is not None
+    # the bridge's timeouts are wall time: the emulator runs at ~0.3x when busy
+    doc = bridge_doc(tmp / "goodput-udp.db", {"udp": "%s:%d" % board.address}, UDP_FRAME - 24, 1.0)
+    doc["polling"]["pipeline"] = True
+    clocks: list[dict[str, Any]] = []
+    res = asyncio.run(run_bridge(doc, board.pid, warmup, seconds, lambda start: clocks.append(board.clock())))
+    c0, c1 = clocks
+    board_s = (c1["nanos"] - c0["nanos"]) / 1e9
+    stored = res["counters"].get("events_stored", 0)
+    cycles = c1["cycles"] - c0["cycles"]
+    r = {
+        "link": "udp",
+        "frame": UDP_FRAME,
+        "hz": hz,
+        "board_s": board_s,
+        "stored": stored,
+        "lost": res["counters"].get("overrun_lost", 0),
+        "events_per_s": stored / board_s,
+        "busy": cycles / (board_s * HZ),
+        "cycles_per_event": cycles / stored if stored else None,
+        "failed": res["failed"],
+    }
+    log("pico_w_bench: udp: %s" % json.dumps({k: r[k] for k in ("stored", "events_per_s", "busy")}))
+    return r
+
+
+def heap_wifi_auth(board: PicoBoard, seconds: float) -> dict[str, Any]:
+    """Section 3: a keyed board with Wi-Fi up under load, polled by a signing client over UDP."""
+    key = os.urandom(32).hex()
+    udp = UdpLink(("127.0.0.1", 0))
+    cfg = {
+        "id": "bench",
+        "key": key,
+        "serial": False,
+        "udp": {"port": NET["port"], "frame": 256},
+        "wlan": WLAN,
+        "health": {"ch": 8, "ms": 500},
+        "report": {"bytes": 1024},
+        "sensors": [{"ch": 1, "hz": 200, "size": 16}, {"ch": 2, "hz": 50, "size": 12}],
+    }
+    configure(board, cfg, timeout=120)
+    ready = [ln for ln in board.console().splitlines() if "leadwire: ready" in ln][-1]
+    free_boot = int(ready.rsplit("free", 1)[1])
+    assert board.address is not None
+    udp.address = board.address
+    c = AuthClient(udp, key)
+    health: list[dict[str, int]] = []
+    received = 0
+    try:
+        c.handshake(12.0)
+        f = c.poll(0)
+        n = messages.decode_recovery(f)[0] - 1 if f.type == wire.RECOVERY else 0
+        t0 = board.clock()["nanos"]
+        while board.clock()["nanos"] - t0 < seconds * 1e9:
+            f = c.poll(n, 255, 240)
+            if f.type == wire.EVENTS:
+                _, recs = messages.decode_records(f.payload)
+                n = (f.seq + len(recs) - 1) & 0xFFFFFFFF
+                received += len(recs)
+                health += [
+                    messages.decode_health(d) for ch, d in recs if ch == 8 and len(d) == messages.HEALTH_SIZE
+                ]
+            elif f.type == wire.RECOVERY:
+                n = messages.decode_recovery(f)[0]
+            else:
+                time.sleep(0.01)
+    finally:
+        c.close()
+    r = {
+        "free_after_boot": free_boot,
+        "received": received,
+        "health": len(health),
+        "heap_free_min": min(h["heap_free"] for h in health) if health else None,
+        "low_water": min(h["heap_min"] for h in health) if health else None,
+    }
+    log("pico_w_bench: heap, Wi-Fi up, auth on: %s" % json.dumps(r))
+    return r
+
+
+def report(fw: str, udp: dict[str, Any], uart: dict[str, Any], heap: dict[str, Any]) -> str:
+    cpe = udp["cycles_per_event"]
+    return "\n".join(
+        [
+            "",
+            "emulated Pico W, firmware %s" % fw,
+            "",
+            "| link | frame B | offered ev/s | board s | acknowledged | lost (counted) | events/s | CPU busy "
+            "| cycles per event |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        + [
+            "| %s | %d | %d | %.1f | %d | %d | %.0f | %.2f | %s |"
+            % (
+                name,
+                g["frame"],
+                g["hz"],
+                g["board_s"],
+                g["stored"],
+                g["lost"],
+                g["events_per_s"],
+                g["busy"],
+                "%.0f" % g["cycles_per_event"] if g["cycles_per_event"] else "-",
+            )
+            for name, g in (("Wi-Fi UDP", udp), ("UART0 921,600 baud", uart))
+        ]
+        + [
+            "",
+            "UDP / UART0: %.2fx events/s; UDP path %s cycles per event"
+            % (udp["events_per_s"] / max(uart["events_per_s"], 1e-9), "%.0f" % cpe if cpe else "-"),
+            "heap with Wi-Fi up and auth on: %d B free after boot, lowest %s B free under load (low-water %s)"
+            % (heap["free_after_boot"], heap["heap_free_min"], heap["low_water"]),
+        ]
+    )
+
+
+@click.command()
+@click.option("--seconds", default=20.0, show_default=True, help="Measurement window per link (wall s).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout instead of the tables.")
+def main(seconds: float, as_json: bool) -> None:
+    why = pico_missing(wifi=True)
+    if why:
+        raise click.ClickException(why)
+    uf2 = pico_files(wifi=True)[0]
+    fw = "%s sha256 %s" % (uf2.name, hashlib.sha256(uf2.read_bytes()).hexdigest())
+    with tempfile.TemporaryDirectory(prefix="pico-w-bench-") as tmp:
+        board = flashed_pico(Path(tmp) / "board", {"id": "bench", "wlan": WLAN}, NET)
+        try:
+            udp = udp_goodput(board, Path(tmp), 4.0, seconds, UDP_OFFER)
+            uart_raw = goodput(board, Path(tmp), 921600, 4.0, seconds, 1.2, FRAME)
+            uart = {
+                **uart_raw,
+                "link": "uart0",
+                "events_per_s": uart_raw["stored"] / uart_raw["board_s"],
+            }
+            heap = heap_wifi_auth(board, min(seconds, 10.0))
+        finally:
+            board.close()
+    out = {
+        "firmware": fw,
+        "udp_events_per_s": udp["events_per_s"],
+        "uart0_921600_events_per_s": uart["events_per_s"],
+        "udp_over_uart0": udp["events_per_s"] / uart["events_per_s"] if uart["events_per_s"] else None,
+        "udp_cycles_per_event": udp["cycles_per_event"],
+        "heap_free_wifi_auth_boot": heap["free_after_boot"],
+        "heap_free_wifi_auth_min": heap["heap_free_min"],
+        "heap_low_water_wifi_auth": heap["low_water"],
+        "udp": udp,
+        "uart0": uart,
+        "heap": heap,
+    }
+    if as_json:
+        print(json.dumps(out))
+    else:
+        print(report(fw, udp, uart, heap))
+
+
+if __name__ == "__main__":
+    main()
