@@ -93,21 +93,37 @@ def random_nonce() -> int:
     return int.from_bytes(os.urandom(4), "big")
 
 
-@dataclass
-class Loss:
-    """One recovery phase (spec 004 case 3) the client acted on; a row of the losses table."""
+class Loss(core.Loss):
+    """One recovery phase (spec 004 case 3) the client acted on, and its row of the losses table.
 
-    seq: int  # per-device number of this recovery
-    boot_epoch: int
-    client_n: int
-    n0: int
-    n1: int
-    lost: int | None
-    cause: str  # "overrun" | "restart" | "first_contact"
-    started_us: int
-    ended_us: int | None = None
-    recovered: int = 0
-    core: Any = field(default=None, repr=False, compare=False)  # the PollClient's Loss it mirrors
+    The core's Loss record itself (PollClient.loss_type: the core makes it and keeps lost,
+    recovered and ended up to date), with what the row adds: its number, when it started and
+    ended, and the lost count the device counters already hold (``counted``)."""
+
+    __slots__ = ("counted", "ended_us", "seq", "started_us")
+
+    def __init__(
+        self, cause: str, client_n: int, n0: int, n1: int, epoch: int, lost: int | None, skipped: int = 0
+    ) -> None:
+        super().__init__(cause, client_n, n0, n1, epoch, lost, skipped)
+        self.seq = 0
+        self.started_us = 0
+        self.ended_us: int | None = None
+        self.counted = lost
+
+    @classmethod
+    def row(
+        cls, seq: int, boot_epoch: int, client_n: int, n0: int, n1: int, lost: int | None, cause: str,
+        started_us: int, ended_us: int | None = None, recovered: int = 0,
+    ) -> Loss:  # fmt: skip
+        """A Loss from its stored row (the store's column order)."""
+        r = cls(cause, client_n, n0, n1, boot_epoch, lost)
+        r.seq, r.started_us, r.ended_us, r.recovered = seq, started_us, ended_us, recovered
+        return r
+
+    @property
+    def boot_epoch(self) -> int:
+        return self.epoch  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -176,20 +192,16 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
         # spec 004: the core's client, resumed from the stored offset
         # (HoldingPollClient: frames after a lost one are kept; the repoll asks for the gap only)
         self.pc = HoldingPollClient(st.n, st.boot_epoch, not st.has_n, poll.rules)
+        self.pc.loss_type = Loss  # the core's Loss records are the losses rows
         self.pc.pipeline = poll.pipeline
         self.pc.follow = poll.follow
         self.recovery: Loss | None = None  # the open recovery phase (a losses row)
-        cl = None
         if st.recovery is not None and st.boot_epoch is not None:
-            r = st.recovery
-            cl = core.Loss(r.cause, r.client_n, r.n0, r.n1, r.boot_epoch, r.lost)
-            cl.recovered = r.recovered
-            r.core = cl
-            self.recovery = r
+            self.recovery = st.recovery
         # tags from a random start: a restarted bridge polling from the same committed n with the
         # tags of its previous life would send the POLL the device answered last again, which the
         # device takes for a copy and does not answer (docs/protocol.md 5, "Copies")
-        self.pc.resume(random.randrange(256), cl)
+        self.pc.resume(random.randrange(256), self.recovery)
         # Every run starts with a HELLO: it names the boot (a device restarted while the bridge was
         # down shows a new epoch) and refreshes firmware/board. PollClient asks for one only
         # before the first epoch is known.
@@ -499,7 +511,7 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
             # POLL got there before the device did; poll again now
             self._saw_newest(data, now_s)
             r = self.recovery
-            if r is not None and r.core is not None and r.core.lost != r.lost:
+            if r is not None and r.lost != r.counted:
                 self._sync_loss(rx_us)  # what it generated since is counted lost now
             # when the device should get there at its rate (the rate falls with every answer that
             # shows no progress: a device that stopped is polled at polling.interval_max)
@@ -508,7 +520,7 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
             self.next_delay = min(imax, pc.unproven / gen) if gen > 0 else imax
         elif kind == core.NOTHING:
             r = self.recovery
-            if r is not None and r.core is not None and r.core.lost != r.lost:
+            if r is not None and r.lost != r.counted:
                 self._sync_loss(rx_us)  # the skip past the newest shown generated (leadwire.hold)
             # a pipelined POLL found nothing new: the burst before it drained the ring, and its
             # events (counted since that POLL went out) are what this answer tells, not "idle"
@@ -522,22 +534,22 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
     # -- spec 004 results ----------------------------------------------------------------
 
     def _sync_loss(self, rx_us: int) -> None:
+        """The open recovery's row again (the core moved it on): the counters follow its lost count
+        (events skipped past the device's newest, shown generated or taken back: leadwire.hold), and
+        an ended phase gets its end time."""
         r = self.recovery
-        if r is None or r.core is None:
+        if r is None:
             return
-        lost = r.core.lost
-        if lost is not None and r.lost is not None and lost != r.lost:
-            # events skipped past the device's newest, now shown generated (leadwire.hold)
-            self.dc["overrun_lost"] += lost - r.lost
-            r.lost = lost
-        r.recovered = r.core.recovered
-        if r.core.ended:
+        if r.lost is not None and r.counted is not None and r.lost != r.counted:
+            self.dc["overrun_lost"] += r.lost - r.counted
+            r.counted = r.lost
+        if r.ended:
             r.ended_us = rx_us
             self.recovery = None
             self.log.append(("recovery_done", {"n1": r.n1, "recovered": r.recovered}))
         self.out_losses.append(r)
 
-    def _on_loss(self, cl: Any, old_epoch: int | None, rx_us: int) -> None:
+    def _on_loss(self, cl: Loss, old_epoch: int | None, rx_us: int) -> None:
         self._sync_loss(rx_us)  # a new case 3 ends the phase before it (PollClient marked it)
         if self.recovery is not None:  # ended without PollClient saying so: close it here
             self.recovery.ended_us = rx_us
@@ -546,10 +558,11 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
         if old_epoch is not None and cl.epoch != old_epoch:
             self._new_boot(old_epoch, "recovery")
         self.loss_seq += 1
-        rec = Loss(self.loss_seq, cl.epoch, cl.client_n, cl.n0, cl.n1, cl.lost, cl.cause, rx_us)
-        rec.core = cl
-        self.recovery = rec
-        self.out_losses.append(rec)
+        cl.seq = self.loss_seq
+        cl.started_us = rx_us
+        cl.counted = cl.lost
+        self.recovery = cl
+        self.out_losses.append(cl)
         self.dc["recoveries"] += 1
         if cl.cause == core.OVERRUN:
             self.dc["overruns"] += 1

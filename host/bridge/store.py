@@ -346,7 +346,9 @@ class Store:
             (row[0],),
         ).fetchone()
         if rec is not None and rec[1] == st.boot_epoch:
-            st.recovery = Loss(rec[0], rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], None, rec[8])
+            st.recovery = Loss.row(
+                rec[0], rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], None, rec[8]
+            )
         return row[0], st
 
     def write(self, b: Batch) -> int:

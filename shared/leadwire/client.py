@@ -104,6 +104,8 @@ class Loss:
 
 
 class PollClient:
+    loss_type = Loss  # what _begin makes (a host caller's subclass adds its row's fields)
+
     def __init__(self, n=0, epoch=None, fresh=True):
         self.n = n  # offset of the last event received (0 before any, spec 004)
         self.epoch = epoch  # boot epoch of the device as last seen
@@ -321,7 +323,7 @@ class PollClient:
     def _begin(self, cause, n0, n1, lost, skip=0):
         if self.loss is not None:
             self.loss.ended = True
-        self.loss = Loss(cause, self.n, n0, n1, self.epoch, lost, skip)
+        self.loss = self.loss_type(cause, self.n, n0, n1, self.epoch, lost, skip)
         self.recoveries += 1
         if lost is None:
             if cause == RESTART:

@@ -38,7 +38,7 @@
 # A subclass, not part of PollClient: the board-sized heap that runs the core's tests on
 # MicroPython has no room for the extra code, and no board needs it.
 from leadwire import messages, wire
-from leadwire.client import EVENTS, OVERRUN, POLLING, RECOVER, STALE, Loss, PollClient
+from leadwire.client import EVENTS, OVERRUN, POLLING, RECOVER, STALE, PollClient
 from leadwire.u32 import add, distance, le, lt, pred, succ
 
 AHEAD = "ahead"  # on_frame() result: a RECOVERY says the device has not reached n yet; data: its n1
@@ -362,7 +362,7 @@ class HoldingPollClient(PollClient):
         for first, k in gaps:
             if loss is not None:
                 loss.ended = True
-            loss = self.loss = Loss(OVERRUN, pred(first), n0, n1, self.epoch, k)
+            loss = self.loss = self.loss_type(OVERRUN, pred(first), n0, n1, self.epoch, k)
             self.lost += k
             self.gap_losses.append(loss)
         self.recoveries += 1

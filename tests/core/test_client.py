@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from leadwire import client as c
 from leadwire import codec, messages, wire
-from leadwire import poll_states as ps
+from leadwire.bridge import poll_states as ps
 from leadwire.bridge.accounting import check_boot, require
 from leadwire.hold import HoldingPollClient
 from leadwire.ring_host import HostRing
@@ -692,7 +692,7 @@ def run_states(seed: int, hold: bool) -> set[tuple[str, str]]:
 
 def test_every_step_is_a_transition_of_the_state_table() -> None:
     """PollClient and HoldingPollClient over 60 runs: each answer and timeout moves the client as
-    leadwire.poll_states.TRANSITIONS says, and the runs reach every transition of the table but
+    leadwire.bridge.poll_states.TRANSITIONS says, and the runs reach every transition of the table but
     two rare ones (a late answer before the first HELLO is answered; a restart shown by a HELLO
     before the first contact's RECOVERY)."""
     seen: set[tuple[str, str]] = set()

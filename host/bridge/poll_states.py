@@ -1,17 +1,23 @@
-# The poll client's states and transitions (spec 004, docs/protocol.md 6.1), as a table a reader can
-# check (after h11's _state.py): STATES, the EVENTS that move between them, and TRANSITIONS, state ->
-# {event: next state}. Host side only (not loaded on boards: the table and state_of cost heap the
-# board-sized core tests do not have); PollClient keeps its fields, and state_of() reads the state
-# from them. tests/core/test_client.py drives PollClient and HoldingPollClient through lossy,
-# overrunning, restarting runs and checks every step against TRANSITIONS, and docs/protocol.md 6.1
-# carries markdown() verbatim.
-#
-# Which fields make the state:
-#   START          no boot epoch known yet (a HELLO answer gives it)
-#   FIRST_CONTACT  an epoch, but no event and no held range of the current boot (`fresh`): only a
-#                  RECOVERY is taken (it names the whole held range), EVENTS/NO_EVENT flip the probe
-#   RECOVERY       a RECOVERY acted on and its range n0..n1 not consumed yet (the Loss is open)
-#   NORMAL         everything else: polling from n
+"""The core poll client's states and transitions (spec 004, docs/protocol.md 6.1), as a table a reader can
+check (after h11's _state.py): STATES, the EVENTS that move between them, and TRANSITIONS, state ->
+{event: next state}. In the host package (not loaded on boards: the table and state_of cost heap the
+board-sized core tests do not have); PollClient keeps its fields, and state_of() reads the state
+from them. tests/core/test_client.py drives PollClient and HoldingPollClient through lossy,
+overrunning, restarting runs and checks every step against TRANSITIONS, and docs/protocol.md 6.1
+carries markdown() verbatim.
+
+Which fields make the state:
+  START          no boot epoch known yet (a HELLO answer gives it)
+  FIRST_CONTACT  an epoch, but no event and no held range of the current boot (`fresh`): only a
+                 RECOVERY is taken (it names the whole held range), EVENTS/NO_EVENT flip the probe
+  RECOVERY       a RECOVERY acted on and its range n0..n1 not consumed yet (the Loss is open)
+  NORMAL         everything else: polling from n
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
 from leadwire import client as c
 from leadwire.hold import AHEAD
 
@@ -45,8 +51,8 @@ EVENTS = (
     TIMEOUT,
 )
 
-_ANY = {STALE: None, TIMEOUT: None}  # None: the state does not change
-TRANSITIONS = {
+_ANY: dict[str, str | None] = {STALE: None, TIMEOUT: None}  # None: the state does not change
+TRANSITIONS: dict[str, dict[str, str | None]] = {
     START: {**_ANY, HELLO_SAME: FIRST_CONTACT},  # (no epoch known: every HELLO is "the same")
     FIRST_CONTACT: {**_ANY, HELLO_SAME: None, HELLO_NEW: FIRST_CONTACT, NOTHING: None, RECOVER: RECOVERY},
     NORMAL: {**_ANY, HELLO_SAME: None, HELLO_NEW: FIRST_CONTACT, EVENTS_TAKEN: None, NOTHING: None,
@@ -56,7 +62,7 @@ TRANSITIONS = {
 }  # fmt: skip
 
 
-def state_of(cl):
+def state_of(cl: Any) -> str:
     """The state of a PollClient (or HoldingPollClient), read from its fields."""
     if cl.epoch is None:
         return START
@@ -68,7 +74,14 @@ def state_of(cl):
     return NORMAL
 
 
-def event_of(before, after, kind, epoch_before, epoch_after, timed_out=False):
+def event_of(
+    before: str,
+    after: str,
+    kind: str | None,
+    epoch_before: int | None,
+    epoch_after: int | None,
+    timed_out: bool = False,
+) -> str:
     """The event one on_frame() result (kind) or a timeout was, given the states around it."""
     if timed_out:
         return TIMEOUT
@@ -91,13 +104,13 @@ def event_of(before, after, kind, epoch_before, epoch_after, timed_out=False):
     return STALE
 
 
-def next_state(state, event):
+def next_state(state: str, event: str) -> str:
     """TRANSITIONS as a function: the state after `event` (KeyError: not allowed in `state`)."""
     nxt = TRANSITIONS[state][event]
     return state if nxt is None else nxt
 
 
-def markdown():
+def markdown() -> str:
     """The table for docs/protocol.md 6.1: a row per state, a column per event; '·' where the
     state stays, '—' where the event cannot happen in that state."""
     head = "| state | " + " | ".join(EVENTS) + " |"
