@@ -6,14 +6,19 @@ frames over UDP. Skips (naming the image) where the RPI_PICO_W firmware is absen
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from leadwire import messages, wire
 from leadwire.tools.authclient import AuthClient
-from leadwire.tools.board import PICO_W_ROUTER, PicoBoard
+from leadwire.tools.board import PICO_W_ROUTER, PicoBoard, pico_missing
 from leadwire.tools.picohil import configure
 from leadwire.tools.wireclient import Client, SerialLink, UdpLink
 from leadwire.u32 import add, distance
@@ -152,3 +157,53 @@ def test_signed_frames_over_wifi(picow_board: PicoBoard) -> None:
             other.close()
     finally:
         c.close()
+
+
+def test_launcher_line_and_missing_image(tmp_path: Path) -> None:
+    # without the image: one line naming it, exit 2 (runs where the image is absent too)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leadwire.cli",
+            "board",
+            "--kind",
+            "pico-w",
+            "--firmware",
+            str(tmp_path / "no.uf2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines()[-1] == (
+        "leadwire: error: no MicroPython firmware at %s: download the RPI_PICO_W UF2 (v1.26.1) from "
+        "micropython.org/download/RPI_PICO_W and give --firmware or $LEADWIRE_PICO_W_UF2"
+        % (tmp_path / "no.uf2")
+    )
+    why = pico_missing(wifi=True)
+    if why:
+        pytest.skip(why)
+    # with it: the JSON line carries the UDP address to poll and the network of the board config
+    cfg = tmp_path / "board.json"
+    cfg.write_text(json.dumps({"wlan": {"ssid": "my-net", "key": "my-key-123"}, "udp": {"port": 4211}}))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "leadwire.cli", "board", "--kind", "pico-w", "--config", str(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None
+        info = json.loads(p.stdout.readline())
+        assert (info["kind"], info["transport"], info["wlan"]) == (
+            "pico-w",
+            "udp",
+            {"ssid": "my-net", "key": "my-key-123"},
+        )
+        host, port = info["address"].rsplit(":", 1)
+        assert host == "127.0.0.1" and 0 < int(port) < 65536
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
