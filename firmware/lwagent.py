@@ -48,7 +48,6 @@ from leadwire.bufcopy import copy_into
 from leadwire.framing import encode_into
 
 _RX = const(136)  # largest frame accepted (a SUBSCRIBE of up to 115 channels, signed)
-_BURST = const(32)  # most answer frames one POLL may ask for (wire fragment index 0..31)
 _FAST = const(200)  # events per pass of a sensor with hz 0 (as fast as it can: benchmarks)
 _STALL = const(100)  # 1 ms waits a serial frame may spend on writes that took nothing before it is
 # dropped (rp2's write() itself waits while bytes drain: it takes nothing only when its TX ring is
@@ -157,7 +156,6 @@ _OVERHEAD = const(12)  # wire.OVERHEAD: header and CRC (a HELLO request's size)
 _AUTH_SIZE = const(8)  # wire.AUTH_SIZE: the trailer of a signed frame
 _POLL_SIZE = const(16)  # wire.POLL_SIZE
 _POLL_BURST_SIZE = const(17)  # wire.POLL_BURST_SIZE: with max_frames ...
-_MAX_FRAMES_AT = const(14)  # ... at this offset (wire.HEADER_SIZE + 4)
 _ACK_SIZE = const(14)  # wire.ACK_SIZE
 
 
@@ -276,38 +274,16 @@ class Agent:
         else:
             n -= _AUTH_SIZE  # the frame as if unsigned (the checks below use n)
         if t == wire.POLL and (n == _POLL_SIZE or n == _POLL_BURST_SIZE):
-            # a burst: up to max_frames (payload byte 4, 1..32; absent: 1) EVENTS frames back to
-            # back, each from the last offset of the one before, until the ring has no more; with
-            # the byte's top bit (follow) a RECOVERY goes on with the events from n0
-            f = b[_MAX_FRAMES_AT] if n == _POLL_BURST_SIZE else 1
-            w = f >> 7
-            f &= 0x7F
-            if not 0 < f <= _BURST:
-                return self._bad()
+            # the ring answers it (EventRing.respond: the burst, follow); a copy of the POLL just
+            # answered is not answered again (docs/protocol.md 5): its answer went
             k = (b[_TAG_AT] << 16) | (b[8] << 8) | b[9]  # messages.poll_key: a small int (no alloc)
             if k == L[_LASTP]:
-                return  # a copy of the POLL just answered (docs/protocol.md 5): its answer went
+                return
+            m = self.ring.respond(b, n, tx, L[_LIM], _send, L, a)
+            if m < 0:
+                return self._bad()  # max_frames not 1..32
             L[_LASTP] = k
-            ring = self.ring
-            hi = wire.seq_hi(b)
-            lo = wire.seq_lo(b)
-            me = dv.u16(b, 0)
-            mb = dv.u16(b, 1)
-            if mb > L[_LIM]:
-                mb = L[_LIM]  # the signed frame must fit the link's frame
-            i = 0
-            while True:
-                heap_lock()
-                try:
-                    m = ring.answer_into(tx, hi, lo, me, mb, b[_TAG_AT], i, w and i + 1 < f)
-                finally:
-                    heap_unlock()
-                self.h[_DROP] += _send(L, tx, m, a)
-                i += 1
-                if i == f or not ring.backlog:  # 0 unless EVENTS, or a RECOVERY going on (follow)
-                    break
-                hi = ring.last_hi
-                lo = ring.last_lo
+            self.h[_DROP] += m
         elif t == wire.HELLO and n == _OVERHEAD:
             L[_LASTP] = -1  # a client (re)starting: its POLLs are new, whatever their tags
             m = len(L[_HELLO])

@@ -19,10 +19,12 @@
 # Allocation on the device (checked with heap_lock and gc.mem_alloc on the unix port):
 #   write(), answer_into()         0 bytes: offsets are kept as 16-bit halves (_hi, _lo), so no int
 #                                  reaches 2^30, the small-int limit of 32-bit ports.
+#   respond()                      0 bytes but what its sender allocates: the rules of answering a
+#                                  POLL (its burst and follow) once, for the firmware and the host.
 #   append(), newest()             build ints >= 2^30: host/test conveniences. The answers as tuples
 #                                  (poll, poll_batch) are in ring_host.py: a board loads none of it.
 from leadwire import wire
-from leadwire._compat import const, random_u32
+from leadwire._compat import const, heap_lock, heap_unlock, random_u32
 from leadwire.bufcopy import copy_into
 from leadwire.wire import BATCH_HEAD, MAX_BATCH, RECORD_HEAD
 
@@ -169,6 +171,41 @@ class EventRing:
         if kind == RECOVERY:
             return self._recovery_into(buf, tag, index, follow)
         return self._events_into(buf, hi, lo, max_events, max_bytes, tag, index)
+
+    def respond(self, b, n, buf, max_bytes, d, L, a):
+        """Answer the POLL in b[:n] (n: the unsigned size, wire.POLL_SIZE, or POLL_BURST_SIZE with
+        max_frames at byte 14, its top bit follow) with frames built in buf, each handed to
+        d(L, buf, size, a) as soon as it is made (d returns 1 for a frame it dropped, else 0):
+        up to max_frames, each from the last offset of the one before while the ring holds more;
+        with follow a RECOVERY that leaves a frame goes on with the events from n0 (docs/
+        protocol.md 4.2, 5). max_bytes: the link's payload budget (a POLL asking more gets it).
+        The frames are one snapshot of the ring: no await in between. Returns the frames
+        dropped, or -1 for a bad max_frames (not 1..32: nothing sent). Allocates nothing but what
+        d does (answer_into runs with the heap locked)."""
+        f = b[14] if n == wire.POLL_BURST_SIZE else 1
+        follow = f >> 7
+        f &= 0x7F
+        if not 0 < f <= wire.MAX_INDEX + 1:
+            return -1
+        hi = wire.seq_hi(b)
+        lo = wire.seq_lo(b)
+        n = (b[10] << 8) | b[11]  # max_events (n is free once the size is read)
+        if (b[12] << 8) | b[13] < max_bytes:
+            max_bytes = (b[12] << 8) | b[13]
+        index = 0
+        count = 0  # frames dropped
+        while True:
+            heap_lock()
+            try:
+                m = self.answer_into(buf, hi, lo, n, max_bytes, b[3], index, follow and index + 1 < f)
+            finally:
+                heap_unlock()
+            count += d(L, buf, m, a)
+            index += 1
+            if index == f or not self.backlog:  # 0 unless EVENTS, or a RECOVERY going on (follow)
+                return count
+            hi = self.last_hi
+            lo = self.last_lo
 
     def _recovery_into(self, buf, tag, index, follow):
         back = self.count - 1

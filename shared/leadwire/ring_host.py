@@ -3,7 +3,7 @@
 # and the golden vectors (tests/vectors/make_vectors.py), never loaded on a board. Kept out of ring.py,
 # whose every line of code is board heap: these four methods were 704 B of the unix port's 64 KB
 # heap (tests/firmware/test_auth_cost.py), and no board calls them. Allocates freely.
-from leadwire import wire
+from leadwire import codec, messages, wire
 from leadwire.ring import EVENT, NO_EVENT, RECOVERY, EventRing
 from leadwire.wire import BATCH_HEAD, MAX_BATCH, RECORD_HEAD
 
@@ -49,15 +49,14 @@ class HostRing(EventRing):
 
     def burst(self, n, max_events, max_bytes, tag=0, max_frames=1, follow=False):
         """The frames answering POLL(n) (docs/protocol.md 4.2), as firmware/lwagent.py sends them:
-        up to max_frames, each from the last offset of the one before while the ring holds more;
-        with follow a RECOVERY that leaves a frame goes on from n0 - 1 (section 5)."""
-        buf = bytearray(wire.OVERHEAD + wire.MAX_PAYLOAD)
-        hi, lo = n >> 16, n & 0xFFFF
+        EventRing.respond on that POLL's bytes, each frame kept as it is handed over."""
+        req = codec.encode(messages.poll_frame(n, max_events, max_bytes, tag, max_frames, follow))
         out = []
-        for i in range(max_frames):
-            size = self.answer_into(buf, hi, lo, max_events, max_bytes, tag, i, follow and i + 1 < max_frames)
-            out.append(bytes(buf[:size]))
-            if not self.backlog:  # 0 unless EVENTS, or a RECOVERY going on (follow)
-                break
-            hi, lo = self.last_hi, self.last_lo
+
+        def keep(L, buf, m, a):
+            out.append(bytes(buf[:m]))
+            return 0
+
+        buf = bytearray(wire.OVERHEAD + wire.MAX_PAYLOAD)
+        self.respond(req, len(req), buf, wire.MAX_PAYLOAD, keep, None, None)
         return out

@@ -34,11 +34,13 @@ QUICK = [
     "test_alloc_answer_recovery_and_no_event",
     "test_alloc_cobs_encode",
     "test_alloc_copy",
+    "test_alloc_respond",
     "test_alloc_ring_write",
     "test_alloc_stream_decoder",
     "test_alloc_wire_check_and_crc",
     "test_crc16_vectors",
     "test_offsets_stay_small_across_wrap",
+    "test_ring_burst_vectors",
     "test_ring_vectors",
 ]
 

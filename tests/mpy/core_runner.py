@@ -158,30 +158,31 @@ def test_ring_vectors():
 
 
 def test_ring_burst_vectors():
-    # as the firmware's burst loop: follow only while a frame of the burst is left
+    # EventRing.respond on the vector's POLL (the firmware's answer: max_frames, follow, the burst
+    # loop), each frame as it is handed over
     from leadwire.ring import EventRing
 
     buf = bytearray(wire.OVERHEAD + 2047)
+    got = []
+
+    def keep(L, b, m, a):
+        got.append(hexlify(b[:m]).decode())
+        return 0
+
     for v in load("ring_bursts.json"):
         r = EventRing(v["capacity"], v["start"], v["slot_size"])
         for a in v["appends"]:
             r.write(h(a["data"]), a["channel"])
-        n = v["n"]
-        k = v["max_frames"]
-        eq(h(v["poll"])[14], k | (0x80 if v["follow"] else 0), "%s poll's max_frames byte" % v["name"])
-        hi = n >> 16
-        lo = n & 0xFFFF
-        got = []
-        me = v["max_events"]
-        mb = v["max_bytes"]
-        for i in range(k):
-            size = r.answer_into(buf, hi, lo, me, mb, 0, i, v["follow"] and i + 1 < k)
-            got.append(hexlify(buf[:size]).decode())
-            if not r.backlog:
-                break
-            hi = r.last_hi
-            lo = r.last_lo
-        eq(got, v["answers"], "%s burst %d follow %s" % (v["name"], n, v["follow"]))
+        p = h(v["poll"])
+        eq(p[14], v["max_frames"] | (0x80 if v["follow"] else 0), "%s poll's max_frames byte" % v["name"])
+        del got[:]
+        eq(r.respond(p, len(p), buf, 2047, keep, None, None), 0, "%s dropped" % v["name"])
+        eq(got, v["answers"], "%s burst %d follow %s" % (v["name"], v["n"], v["follow"]))
+    bad = bytearray(p)  # the last vector's POLL
+    for k in (0, 33, 0x80):  # max_frames 0, above 32, 0 with follow: refused, nothing sent
+        bad[14] = k
+        del got[:]
+        eq((r.respond(bad, len(bad), buf, 2047, keep, None, None), got), (-1, []), "max_frames %d" % k)
 
 
 def test_lead_vectors():
@@ -522,6 +523,29 @@ def test_alloc_answer_recovery_and_no_event():
         r.answer_into(buf, r._hi, r._lo, 20, 200)  # newest: NO_EVENT
 
     _steady(step, 500)
+
+
+def test_alloc_respond():
+    # a burst POLL answered by EventRing.respond (4 frames of 5 events): 0 bytes but the sender's
+    from leadwire import codec, messages
+
+    p = _Poller(16, 8, 256)
+    for _ in range(40):
+        p.write()
+    r = p.ring
+    n = (r._hi << 16 | r._lo) - 30
+    req = codec.encode(messages.poll_frame(n, 5, 200, 1, 4))
+    buf = p.buf
+    sent = bytearray(1)
+
+    def d(L, b, m, a):
+        sent[0] += 1
+        return 0
+
+    def step():
+        r.respond(req, len(req), buf, 200, d, None, None)
+
+    _steady(step, 200)
 
 
 def test_alloc_wire_check_and_crc():
