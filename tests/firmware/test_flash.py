@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from leadwire import manifest
 from leadwire.tools.authclient import AuthClient
 from leadwire.tools.board import start_board
 from leadwire.tools.flash import flash
@@ -195,8 +196,8 @@ def test_mip_install_of_the_core_from_package_json(tmp_path: Path) -> None:
     finally:
         repl.close()
     pkg = json.loads((ROOT / "package.json").read_text())
-    core = sorted(p.name for p in (ROOT / "shared" / "leadwire").glob("*.py"))
-    assert sorted(Path(dest).name for dest, _ in pkg["urls"]) == core  # every core module listed
+    core = sorted(m + ".py" for m in manifest.DEVICE + manifest.HOST)
+    assert sorted(Path(dest).name for dest, _ in pkg["urls"]) == core  # every core module MicroPython runs
     for dest, src in pkg["urls"]:
         assert (d / "lib" / dest).read_bytes() == (ROOT / src).read_bytes()
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_core_module_is_declared_once() -> None:
     files = sorted(p.stem for p in (ROOT / "shared" / "leadwire").glob("*.py"))
-    declared = manifest.DEVICE + manifest.HOST
+    declared = manifest.DEVICE + manifest.HOST + manifest.CPYTHON
     assert sorted(declared) == files
     assert len(set(declared)) == len(declared)
 

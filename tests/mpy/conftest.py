@@ -35,10 +35,13 @@ def mpy_cross(src: Path, dst: Path, march: str = "x64") -> None:
 
 @pytest.fixture(scope="session")
 def mpy_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """shared/leadwire and the runner compiled to .mpy, as `leadwire flash` puts them on a board."""
+    """shared/leadwire (what MicroPython runs: the manifest's device and host modules) and the runner
+    compiled to .mpy, as `leadwire flash` puts them on a board."""
+    from leadwire import manifest
+
     lib = tmp_path_factory.mktemp("mpylib")
-    for src in sorted((ROOT / "shared" / "leadwire").glob("*.py")):
-        mpy_cross(src, lib / "leadwire" / (src.stem + ".mpy"))
+    for m in manifest.DEVICE + manifest.HOST:
+        mpy_cross(ROOT / "shared" / "leadwire" / (m + ".py"), lib / "leadwire" / (m + ".mpy"))
     mpy_cross(ROOT / "tests" / "mpy" / "core_runner.py", lib / "core_runner.mpy")
     return lib
 
