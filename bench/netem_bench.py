@@ -39,11 +39,10 @@ from typing import Any
 import click
 
 from leadwire import client, codec, messages, wire
+from leadwire.tools import lwbench  # the benches' shared leadwire harness
+from leadwire.tools.benchkit import fmt, table
 from leadwire.tools.board import start_board
 from leadwire.tools.netem import Impairment, SerialImpairer, UdpImpairer, in_thread
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peer_mqtt_bench as pmb  # bench/ is not a package: its helpers (Proc, tables, reports)
 
 HEALTH_CH = 8
 
@@ -202,7 +201,7 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
             link = (["--board", "%s:%d" % imp.address] if transport == "udp"
                     else ["--serial", imp.port, "--baud", "1000000"])  # fmt: skip
             # rto_min: loopback, a 2 ms floor
-            host = pmb.lw_host(link, run / "lw.db", 10_000_000, seconds, 0.25, 16, pipeline, code, 0.002,
+            host = lwbench.lw_host(link, run / "lw.db", 10_000_000, seconds, 0.25, 16, pipeline, code, 0.002,
                                max_bytes=1460 if transport == "udp" else 1000)  # fmt: skip
             res = host.wait_line("store", seconds + 90)
             counts = imp.snapshot()
@@ -212,7 +211,7 @@ def lw_netem(tmp: Path, transport: str, size: int, hz: int, loss: float, seconds
         board.close()
     st = res["store"]
     return {"system": "leadwire", "transport": transport, "size": size, "loss": loss, "offered_hz": hz,
-            "code": "before" if code else "now", "rate": pmb.commit_rate(res["commits"]),
+            "code": "before" if code else "now", "rate": lwbench.commit_rate(res["commits"]),
             "known_lost": st.get("counted_lost", 0), "silent_lost": st.get("silent_lost", 0),
             "accounting_ok": st.get("accounting_ok", True), "ledger": st.get("ledger", ""),
             "received": st.get("events_all_channels", 0), "counters": res["counters"], "rto": res.get("rto"),
@@ -241,8 +240,8 @@ def ladders(tmp: Path, transport: str, sizes: dict[int, list[int]], losses: list
 
 def say_run(r: dict[str, Any]) -> None:
     print("  %s %s %d B loss %g @%d/s: %s events/s, counted lost %s, silent %s, timeouts %s"
-          % (r["code"], r["transport"], r["size"], r["loss"], r["offered_hz"], pmb.fmt(r["rate"]),
-             pmb.fmt(r["known_lost"]), pmb.fmt(r["silent_lost"]), r["counters"].get("timeouts")),
+          % (r["code"], r["transport"], r["size"], r["loss"], r["offered_hz"], fmt(r["rate"]),
+             fmt(r["known_lost"]), fmt(r["silent_lost"]), r["counters"].get("timeouts")),
           file=sys.stderr, flush=True)  # fmt: skip
 
 
@@ -329,7 +328,7 @@ def fleet_table(a: SimpleNamespace, codes: list[str | None], tmp: Path, kernel: 
             f = asyncio.run(fleet_run(a.fleet, 10.0, loss, a.fleet_seconds, code, tmp, kernel))
             rows.append([f["code"], "%g%%" % (100 * loss), "%.2f" % f["answered_per_device_s"],
                          "%.2f" % f["lowest_device_s"], str(f["below_9"]),
-                         "%.2f" % f["polls_per_device_s"], str(f["timeouts"]), pmb.fmt(f["spurious"]),
+                         "%.2f" % f["polls_per_device_s"], str(f["timeouts"]), fmt(f["spurious"]),
                          "%.2f" % f["srtt_ms_median"] if f["srtt_ms_median"] else "-",
                          "%.0f" % f["bridge_cpu_pct"]])  # fmt: skip
     how = "nftables drops in a private network namespace" if kernel else "each behind its own netem proxy"
@@ -337,7 +336,7 @@ def fleet_table(a: SimpleNamespace, codes: list[str | None], tmp: Path, kernel: 
         a.fleet,
         how,
         loadavg(),
-        pmb.table(rows),
+        table(rows),
     )
 
 
@@ -406,12 +405,12 @@ def pipeline_phase(tmp: Path, a: SimpleNamespace) -> None:
                 if pipe not in ab or r["cpu_us"] < ab[pipe]["cpu_us"]:
                     ab[pipe] = r
             on, off = ab[True], ab[False]
-            rows.append([str(size), pmb.fmt(hz), pmb.fmt(on["rate"]), "%.1f" % on["cpu_us"],
-                         pmb.fmt(on["counters"].get("pipelined")), pmb.fmt(off["rate"]),
+            rows.append([str(size), fmt(hz), fmt(on["rate"]), "%.1f" % on["cpu_us"],
+                         fmt(on["counters"].get("pipelined")), fmt(off["rate"]),
                          "%.1f" % off["cpu_us"], "%.2f" % (on["rate"] / off["rate"]),
                          "%.2f" % (on["cpu_us"] / off["cpu_us"])])  # fmt: skip
     print("\n### pipelined POLLs on / off, clean link (load average now %s)\n" % loadavg())
-    print(pmb.table(rows), flush=True)
+    print(table(rows), flush=True)
 
 
 def loss_phases(
@@ -431,7 +430,7 @@ def loss_phases(
         if a.repeat > 1:
             print("(each point: the mean of %d runs per code, the codes' order swapped between them)\n"
                   % a.repeat)  # fmt: skip
-        print(pmb.loss_report(sub), flush=True)
+        print(lwbench.loss_report(sub), flush=True)
         ok &= all(r["silent_lost"] == 0 and r.get("accounting_ok", True) for r in runs)
         for r in runs:
             if not r.get("accounting_ok", True):
@@ -446,7 +445,7 @@ def fleet_phase(tmp: Path, a: SimpleNamespace, codes: list[str | None]) -> None:
     # 1,000 Python proxies cannot carry 10,000 round trips/s on two cores (the proxies, not
     # the bridge, made ~5 polls/s per device): the kernel drops the datagrams instead, in a
     # private network namespace, when root may make one (--fleet-proxies: tools/netem)
-    if a.fleet_proxies or pmb.netns_usable() is not None:
+    if a.fleet_proxies or lwbench.netns_usable() is not None:
         print(fleet_table(a, codes, tmp, False), flush=True)
     else:
         import subprocess
@@ -522,7 +521,7 @@ def bench(a: SimpleNamespace) -> int:
     print("load average at start: %s" % loadavg(), flush=True)
     with tempfile.TemporaryDirectory(prefix="netem-bench-") as td:
         tmp = Path(td)
-        codes = [pmb.before_tree(a.before, tmp / "before"), None] if a.before else [None]
+        codes = [lwbench.before_tree(a.before, tmp / "before"), None] if a.before else [None]
         if "pipeline" not in skip:
             pipeline_phase(tmp, a)
         ok = loss_phases(tmp, a, skip, codes, losses)
