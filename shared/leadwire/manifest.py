@@ -31,7 +31,7 @@ HOST = (
     "ring_host",
     "u32",
 )
-CPYTHON = ("poll_states",)  # the poll client's state table (dict unpacking: CPython syntax)
+CPYTHON = ()  # none now (the poll client's state table is leadwire.bridge.poll_states)
 
 
 def package_json():
