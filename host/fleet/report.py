@@ -1,11 +1,12 @@
-"""The fleet job's HTML report: ``index.html`` and five PNG plots beside it, for people.
+"""The fleet job's HTML report: ``index.html`` and its PNG plots, an operations page.
 
-The page opens with headline tiles (devices, messages, loss, overrun losses, latency, restarts,
-consistency), explains the two loss counts side by side ("gaps never filled" is measured from
-the arrivals, "lost in overruns" is the bridge's exact count from RECOVERY answers; with this
-run's numbers), shows the plots, a sortable per-device table (inline JavaScript, no CDN: the
-page works offline, from a file), the comparisons by firmware and link, the latency
-percentiles and the consistency check, and ends with what each number means.
+Top down: the state of the fleet (tiles, thresholds coloured by THRESHOLDS, the change against
+the previous report into the same folder and the newest release against the one before it), the
+rollouts (rollout_report: the regression verdict, releases with intervals, rollout.png, cohorts,
+the same devices before and after), the worst devices (plot, loss over time with its volume, and
+the device table: every device as JSON in the page, paged, filtered and sorted by inline script),
+then the protocol detail (the two loss counts and how they reconcile, lead histogram, by firmware
+and link, latency, consistency, definitions). No CDN: the page works offline, from a file.
 
 Input (``write_report(out_dir, tables, summary)``), the small tables the job collects, as pyarrow
 Tables, read with pyarrow only (no pandas):
@@ -14,71 +15,53 @@ Tables, read with pyarrow only (no pandas):
   ``lead_histogram``, ``latency``;
 * optional: ``mismatches`` (first rows of the consistency check); ``channel_windows`` or any table
   with ``kind`` and ``lost`` (splits the gaps into event rings and report sessions exactly; without
-  it the page reconciles the two loss counts with per-device lower bounds);
+  it the page reconciles the two loss counts with per-device lower bounds); the rollout tables
+  (``rollout_releases``, ``rollout_windows``, ``rollout_regressions``, ``rollout_cohorts``,
+  ``rollout_before_after``);
 * ``summary``: the dict ``run_job`` returns (fleet totals, ``rows``, ``seconds``,
   ``window_seconds``, ``input_dir``, ``mismatch_rows``); a missing number shows as "-".
 
 Numbers are for people: thousands separators, percentages, latency in µs / ms / s, durations in
 minutes and hours; each table heading carries the CSV column name and its definition as a
-tooltip. The per-device table holds at most ``DEVICE_ROWS`` devices (worst loss rate first);
-every device is in ``csv/devices.csv``.
+tooltip.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import html
+import json
 import os
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-PLOTS = {
-    "lead_histogram.png": "Lead of each arrival (spec 000)",
-    "loss_over_time.png": "Loss rate over time (gaps never filled)",
-    "worst_devices.png": "Worst devices by loss rate",
-    "by_firmware.png": "By firmware version",
-    "by_transport.png": "By link (transport)",
-}
-CAPTIONS = {
-    "lead_histogram.png": "Lead = seq minus the highest seq received before it in the same lead domain. "
-    "1: in order; >1: after a gap (the skipped seqs may still arrive late); 0: a duplicate; <0: a late "
-    "arrival or a delayed duplicate. Log scale.",
-    "loss_over_time.png": "Share of messages missing per time window, by link, and for the whole fleet "
-    "(black): gaps never filled / (unique messages + gaps never filled).",
-    "worst_devices.png": "The devices with the highest loss rate, with their gaps never filled.",
-    "by_firmware.png": "Loss, duplicate and late rates, and latency percentiles, per firmware version.",
-    "by_transport.png": "Loss, duplicate and late rates, and latency percentiles, per link.",
-}
-DEVICE_ROWS = 1000  # per-device table rows in the page (worst first); csv/devices.csv has them all
-MISMATCH_ROWS = 20
+from . import rollout_report
+from .report_devices import _DEVICE_COLS, DEVICE_JS, Col, devices_section
+from .report_format import FORMAT as _FORMAT
+from .report_format import col_sum as _sum
+from .report_format import esc as _e
+from .report_format import fmt_int, fmt_pct, fmt_us, fmt_window
+from .report_format import plural as _plural
+from .report_format import rows as _rows
+from .report_plots import CAPTIONS, PLOTS, plot_compare, plot_lead_histogram, plot_loss_over_time, plot_worst
 
-# (column, heading, kind, definition). kind: text, int, pct (ratio 0..1), us (microseconds)
-Col = tuple[str, str, str, str]
-_DEVICE_COLS: list[Col] = [
-    ("device_id", "Device", "text", "device id"),
-    ("firmware_versions", "Firmware", "text", "firmware versions seen"),
-    ("transports", "Link", "text", "transports seen (udp, serial, sim)"),
-    ("unique", "Messages", "int", "unique messages stored (events and reports), duplicates not counted"),
-    ("duplicates", "Duplicates", "int", "arrivals whose seq had already arrived in the same lead domain"),
-    ("late", "Late", "int", "arrivals behind a higher seq received before them (lead < 0), not duplicates"),
-    ("lost", "Gaps never filled", "int", "seqs between the lowest and highest received that never arrived"),
-    ("loss_rate", "Loss rate", "pct", "gaps never filled / (messages + gaps never filled)"),
-    ("events_lost_exact", "Lost in overruns", "int", "events the ring overwrote before they were polled"),
-    ("overruns", "Overruns", "int", "recoveries after a ring overrun (spec 004)"),
-    ("restarts", "Restarts", "int", "boots after the first one seen"),
-    ("unknown_loss_recoveries", "Unknown-size losses", "int", "recoveries after a restart or first contact"),
-    ("rx_to_commit_p99_us", "Bridge p99", "us", "99th percentile of receive -> commit at the bridge"),
-    ("gen_to_rx_p99_us", "End-to-end p99", "us", "99th percentile of generated -> received"),
-]
-_MISMATCH_COL: Col = ("_mismatches", "Mismatches", "int", "stored lead or duplicate flag != recomputed")
+__all__ = ["PLOTS", "THRESHOLDS", "fmt_int", "fmt_pct", "fmt_us", "fmt_window", "level", "write_report"]
+MISMATCH_ROWS = 20
+# (good below, bad at or above): a tile between the two is a warning. Loss, duplicate and late rates
+# as ratios; latencies in microseconds; restarts per device.
+THRESHOLDS: dict[str, tuple[float, float]] = {
+    "loss_rate": (0.01, 0.05),
+    "dup_rate": (0.01, 0.05),
+    "late_rate": (0.01, 0.05),
+    "restarts_per_device": (0.1, 0.5),
+    "rx_to_commit_p99_us": (10_000, 100_000),
+    "gen_to_rx_p99_us": (100_000, 1_000_000),
+}
+# the summary of the last run that wrote a report into the same folder: the deltas' baseline
+LAST_SUMMARY = "_report_last_summary.json"
+
 _COMPARE_COLS: list[Col] = [
     ("devices", "Devices", "int", "devices seen"),
     ("unique", "Messages", "int", "unique messages stored"),
@@ -102,7 +85,7 @@ _METRIC_WORDS = {
 _CSS = """
 *{box-sizing:border-box}
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
-main{max-width:1240px;margin:0 auto;padding:24px 28px 60px}
+main{max-width:1380px;margin:0 auto;padding:24px 20px 60px}
 h1{font-size:26px;margin:0 0 4px}h2{font-size:20px;margin:36px 0 10px;padding-top:6px;
 border-top:1px solid #dde1e7}h3{font-size:16px;margin:16px 0 6px}
 .meta{color:#5b6475;margin:0 0 18px}code{background:#eceef2;padding:0 4px;border-radius:3px;font-size:13px}
@@ -114,8 +97,9 @@ border-top:1px solid #dde1e7}h3{font-size:16px;margin:16px 0 6px}
 .tile.lat .v{font-size:22px;line-height:30px}.tile.lat .v small{display:inline-block;width:36px}
 .tile .s{font-size:13px;color:#5b6475}.tile.good{border-left:5px solid #2e8540}
 .tile.bad{border-left:5px solid #c0392b}.tile.bad .v{color:#c0392b}
-.two{display:grid;grid-template-columns:1fr 1fr;gap:14px}
-@media (max-width:820px){.two{grid-template-columns:1fr}}
+.two{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:14px}
+@media (max-width:820px){.two{grid-template-columns:minmax(0,1fr)}}
+.tile,.card,.banner,.meta,.note{overflow-wrap:anywhere}
 .card{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:12px 18px}
 .card h3{margin:4px 0 6px}.card .big{font-size:22px;font-weight:650}.card dl{font-size:14px;margin-bottom:8px}
 .card p{margin:6px 0}.card ul{margin:6px 0;padding-left:20px}
@@ -135,6 +119,26 @@ table.sortable th[aria-sort=ascending]::after{content:" \\25B2";color:#1d2330}
 table.sortable th[aria-sort=descending]::after{content:" \\25BC";color:#1d2330}
 .bad{color:#c0392b;font-weight:600}.ok{color:#2e8540;font-weight:600}.note{color:#5b6475;font-size:13px}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 18px;margin:0}dt{font-weight:600}dd{margin:0}
+.tile .d{font-size:12.5px;color:#5b6475;margin-top:3px}.worse{color:#c0392b;font-weight:600}
+.better{color:#2e8540;font-weight:600}.same{color:#5b6475}
+.tile.warn{border-left:5px solid #d68910}.tile.warn .v{color:#b9770e}
+.banner{border-radius:8px;padding:10px 16px;margin:0 0 12px;background:#fff;border:1px solid #dde1e7}
+.banner.good{border-left:6px solid #2e8540}.banner.bad{border-left:6px solid #c0392b;background:#fdf0ee}
+.banner ul{margin:4px 0 0;padding-left:20px}
+.scroll.x{max-height:none;overflow-x:auto;margin-bottom:12px}td small{color:#5b6475}
+.pager{display:flex;flex-wrap:wrap;gap:8px;align-items:center;margin:8px 0}
+.pager input{flex:1 1 220px;padding:5px 8px;font:inherit;border:1px solid #c5ccd6;border-radius:6px}
+.pager button,.pager select{font:inherit;padding:4px 10px}
+table.paged th{cursor:pointer;user-select:none}th[data-kind=text]{text-align:left}
+table.paged th::after{content:" \\2195";color:#a3abb8;font-size:11px}
+table.paged th[aria-sort=ascending]::after{content:" \\25B2";color:#1d2330}
+table.paged th[aria-sort=descending]::after{content:" \\25BC";color:#1d2330}
+@media (max-width:700px){main{padding:14px 10px 40px}.opt{display:none}
+.tiles{grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:8px}.tile{padding:8px 10px}
+.tile .v{font-size:21px}
+.tile.lat .v{font-size:16px;line-height:22px}th,td{padding:4px 6px}
+dl{grid-template-columns:minmax(0,1fr)}dd{margin-bottom:6px}}
+dd{overflow-wrap:anywhere}
 """
 
 # Sortable tables: a click (or Enter) on a heading sorts by that column; numbers by their raw value
@@ -167,216 +171,75 @@ document.body.setAttribute('data-plots-loaded',ok+'/'+imgs.length);});
 """
 
 
-# ------------------------------------------------------------------------------------ formatting
-def fmt_int(v: Any) -> str:
-    """12345 -> '12,345'; None -> '-'."""
-    return "-" if v is None else "{:,}".format(round(v))
-
-
-def fmt_pct(ratio: Any) -> str:
-    """A ratio 0..1 as a percentage with sensible precision: 0.1485 -> '14.9%', 0.00935 -> '0.93%'."""
-    if ratio is None:
-        return "-"
-    v = 100.0 * float(ratio)
-    if v == 0:
-        return "0%"
-    if abs(v) >= 10:
-        return "%.1f%%" % v
-    if abs(v) >= 0.1:
-        return "%.2f%%" % v
-    return "%.2g%%" % v
-
-
-def fmt_us(us: Any) -> str:
-    """Microseconds for people: '850 µs', '4.80 ms', '1.04 s', '6 min 12 s', '6.9 h'."""
-    if us is None:
-        return "-"
-    v = float(us)
-    a = abs(v)
-    if a < 999.5:
-        return "%d µs" % round(v)
-    # three significant digits; the bounds are where rounding would carry into the next unit
-    for unit, scale, top in (("ms", 1e3, 999.5e3), ("s", 1e6, 59.995e6)):
-        if a < top:
-            x = abs(v / scale)
-            fmt = "%.2f %s" if x < 9.995 else "%.1f %s" if x < 99.95 else "%.0f %s"
-            return fmt % (v / scale, unit)
-    if a < 3600e6:
-        m, s = divmod(round(v / 1e6), 60)
-        return "%d min %02d s" % (m, s)
-    if a < 86400e6:
-        return "%.1f h" % (v / 3600e6)
-    return "%.1f d" % (v / 86400e6)
-
-
-def fmt_window(seconds: Any) -> str:
-    """3600 -> '1 h', 900 -> '15 min', 90 -> '90 s'."""
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
-        if s % n == 0:
-            return "%d %s" % (s // n, unit)
-    return "%d s" % s
-
-
-_FORMAT: dict[str, Callable[[Any], str]] = {"int": fmt_int, "pct": fmt_pct, "us": fmt_us, "text": str}
-
-
-def _plural(n: int, word: str) -> str:
-    return "%s %s%s" % (fmt_int(n), word, "" if n == 1 else "s")
-
-
-def _e(v: Any) -> str:
-    return html.escape(str(v), quote=True)
-
-
-# ----------------------------------------------------------------------------------- table access
-def _rows(t: pa.Table | None, cols: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Rows as dicts (only the named columns that exist); [] for a missing table."""
-    if t is None:
-        return []
-    if cols is not None:
-        t = t.select([c for c in dict.fromkeys(cols) if c in t.column_names])
-    return t.to_pylist()
-
-
-def _sum(t: pa.Table | None, col: str) -> int:
-    if t is None or col not in t.column_names or t.num_rows == 0:
-        return 0
-    return int(pc.sum(t.column(col)).as_py() or 0)
-
-
-# ----------------------------------------------------------------------------------------- plots
-def _save(fig: Any, path: str) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _plot_lead_histogram(h: pa.Table, path: str) -> None:
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    n: dict[tuple[str, int], int] = defaultdict(int)
-    labels: dict[int, str] = {}
-    for r in _rows(h, ["kind", "bucket_order", "bucket", "n"]):
-        n[(r["kind"], r["bucket_order"])] += r["n"]
-        labels[r["bucket_order"]] = r["bucket"]
-    if n:
-        order = sorted(labels)
-        x = {o: i for i, o in enumerate(order)}
-        kinds = sorted({k for k, _ in n})
-        width = 0.8 / len(kinds)
-        for j, k in enumerate(kinds):
-            os_ = [o for o in order if (k, o) in n]
-            ax.bar([x[o] + j * width for o in os_], [n[(k, o)] for o in os_], width=width, label=k + "s")
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(order))], [labels[o] for o in order])
-        ax.set_yscale("log")
-        ax.legend()
-    ax.set_xlabel("lead (1 = in order)")
-    ax.set_ylabel("arrivals (log scale)")
-    ax.set_title(PLOTS["lead_histogram.png"])
-    _save(fig, path)
-
-
-def _plot_loss_over_time(lt: pa.Table, path: str) -> None:
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    rows = _rows(lt, ["window_start", "transport", "unique", "lost"])
-    by_tr: dict[str, dict[Any, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for r in rows:
-        for key in (str(r["transport"]), "\0fleet"):
-            acc = by_tr[key][r["window_start"]]
-            acc[0] += r["unique"] or 0
-            acc[1] += r["lost"] or 0
-    for key in sorted(by_tr):
-        pts = sorted((t, 100.0 * lo / (u + lo)) for t, (u, lo) in by_tr[key].items() if u + lo > 0)
-        if not pts:
-            continue
-        xs, ys = zip(*pts, strict=True)
-        if key == "\0fleet":
-            ax.plot(xs, ys, color="black", lw=2, label="fleet")
-        else:
-            ax.plot(xs, ys, marker=".", lw=1, alpha=0.8, label=key)
-    if rows:
-        ax.legend(fontsize=8)
-    ax.set_ylabel("loss rate (%)")
-    ax.set_xlabel("time window start (UTC)")
-    ax.set_title(PLOTS["loss_over_time.png"])
-    fig.autofmt_xdate()
-    _save(fig, path)
-
-
-def _plot_worst(w: pa.Table, path: str) -> None:
-    rows = sorted(_rows(w, ["rank", "device_id", "loss_rate", "lost"]), key=lambda r: -r["rank"])
-    fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.32 * len(rows) + 1.2)))
-    if rows:
-        ax.barh([r["device_id"] for r in rows], [100 * r["loss_rate"] for r in rows], color="#c0392b")
-        for y, r in enumerate(rows):
-            ax.text(
-                100 * r["loss_rate"],
-                y,
-                " %s (%s gaps)" % (fmt_pct(r["loss_rate"]), fmt_int(r["lost"])),
-                va="center",
-                fontsize=8,
-            )
-        ax.set_xlim(0, 100 * max(r["loss_rate"] for r in rows) * 1.3 or 1)
-    ax.set_xlabel("loss rate (%)")
-    ax.set_title(PLOTS["worst_devices.png"])
-    _save(fig, path)
-
-
-def _plot_compare(c: pa.Table, dim: str, path: str, title: str) -> None:
-    rows = sorted(_rows(c), key=lambda r: str(r[dim]))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 2.8))
-    if rows:
-        labels = [str(r[dim]) for r in rows]
-        rates = [("loss_rate", "loss"), ("dup_rate", "duplicates"), ("late_rate", "late")]
-        width = 0.8 / len(rates)
-        for j, (col, lab) in enumerate(rates):
-            ax1.bar(
-                [i + j * width for i in range(len(rows))],
-                [100 * (r[col] or 0) for r in rows],
-                width=width,
-                label=lab,
-            )
-        ax1.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], labels)
-        ax1.set_ylabel("% of messages")
-        ax1.legend(fontsize=8)
-        lat = [
-            ("rx_to_commit_p50_us", "bridge p50"),
-            ("rx_to_commit_p99_us", "bridge p99"),
-            ("gen_to_rx_p50_us", "end-to-end p50"),
-            ("gen_to_rx_p99_us", "end-to-end p99"),
-        ]
-        for j, (col, lab) in enumerate(lat):
-            ax2.bar(
-                [i + j * 0.2 for i in range(len(rows))],
-                [(r.get(col) or 0) / 1000 for r in rows],
-                width=0.2,
-                label=lab,
-            )
-        ax2.set_xticks([i + 0.3 for i in range(len(rows))], labels)
-        ax2.set_ylabel("latency (ms)")
-        ax2.legend(fontsize=7)
-    ax1.set_title("loss, duplicate and late rates", fontsize=10)
-    ax2.set_title("latency percentiles", fontsize=10)
-    fig.suptitle(title)
-    _save(fig, path)
-
-
 # ------------------------------------------------------------------------------------ HTML parts
-def _tile(key: str, label: str, value: str, sub: str, state: str = "") -> str:
+def _tile(key: str, label: str, value: str, sub: str, state: str = "", extra: str = "") -> str:
     return (
         '<div class="tile %s" id="tile-%s"><div class="k">%s</div><div class="v">%s</div>'
-        '<div class="s">%s</div></div>' % (state, key, label, value, sub)
+        '<div class="s">%s</div>%s</div>' % (state, key, label, value, sub, extra)
     )
 
 
-def _tiles(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
+def level(key: str, v: Any) -> str:
+    """'good', 'warn' or 'bad' for value v of THRESHOLDS[key]; '' when unknown."""
+    if v is None or key not in THRESHOLDS:
+        return ""
+    good, bad = THRESHOLDS[key]
+    return "good" if v < good else "bad" if v >= bad else "warn"
+
+
+def _delta(cur: Any, prev: Any, kind: str, neutral: bool = False) -> str:
+    """A change against a baseline, for a number where less is better: '▲ +0.42 pp' (worse, red),
+    '▼ -1.20 ms' (better, green), '= 0' (the same)."""
+    if cur is None or prev is None:
+        return ""
+    d = float(cur) - float(prev)
+    if kind == "pct":
+        text = "%+.2f pp" % (100 * d)
+    elif kind == "us":
+        text = ("+" if d > 0 else "") + fmt_us(d)
+    else:
+        text = "{:+,}".format(round(d))
+    if d == 0:
+        return '<span class="same">= %s</span>' % text.lstrip("+")
+    cls, arrow = ("worse", "&#9650;") if d > 0 else ("better", "&#9660;")
+    if neutral:
+        cls = "same"
+    return '<span class="%s">%s %s</span>' % (cls, arrow, text)
+
+
+def _releases(tables: dict[str, pa.Table]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(newest release, the one before it) from rollout_releases, by version order."""
+    rel = _rows(tables.get("rollout_releases"))
+    if len(rel) < 2:
+        return None
+    rel.sort(key=lambda r: rollout_report.version_key(r["firmware_version"]))
+    return rel[-1], rel[-2]
+
+
+def _tiles(s: dict[str, Any], tables: dict[str, pa.Table], prev: dict[str, Any] | None = None) -> str:
     g = s.get
+    p = (prev or {}).get
     nfw = tables["by_firmware"].num_rows if "by_firmware" in tables else 0
     ntr = tables["by_transport"].num_rows if "by_transport" in tables else 0
     lat = {r["metric"]: r for r in _rows(tables.get("latency"))}
     nmis = (g("lead_mismatches") or 0) + (g("dup_flag_mismatches") or 0)
+    rel = _releases(tables)
+
+    def vs_run(col: str, kind: str, neutral: bool = False) -> str:
+        d = _delta(g(col), p(col), kind, neutral) if prev else ""
+        return '<div class="d">vs previous run: %s</div>' % d if d else ""
+
+    def vs_release(rate: str) -> str:
+        if rel is None:
+            return ""
+        new, old = rel
+        return '<div class="d">%s vs %s: %s vs %s %s</div>' % (
+            _e(new["firmware_version"]),
+            _e(old["firmware_version"]),
+            fmt_pct(new.get(rate + "_rate")),
+            fmt_pct(old.get(rate + "_rate")),
+            _delta(new.get(rate + "_rate"), old.get(rate + "_rate"), "pct"),
+        )
 
     def latency(m: str) -> str:
         return "<small>p50</small>%s<br><small>p99</small>%s" % (
@@ -388,12 +251,62 @@ def _tiles(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
         n = lat.get(m, {}).get("n")
         return "" if n is None else ", %s measured" % fmt_int(n)
 
+    per_dev = (g("restarts") or 0) / g("devices") if g("devices") else None
     tiles = [
         _tile(
             "devices",
             "Devices",
             fmt_int(g("devices")),
             "%s boots seen · %d firmware versions · %d links" % (fmt_int(g("boots_seen")), nfw, ntr),
+            extra=vs_run("devices", "int", neutral=True),
+        ),
+        _tile(
+            "loss",
+            "Loss rate",
+            fmt_pct(g("loss_rate")),
+            "%s messages never arrived (gaps never filled)" % fmt_int(g("lost")),
+            level("loss_rate", g("loss_rate")),
+            vs_run("loss_rate", "pct") + vs_release("loss"),
+        ),
+        _tile(
+            "duplicates",
+            "Duplicate rate",
+            fmt_pct(g("dup_rate")),
+            "%s duplicates of %s arrivals" % (fmt_int(g("duplicates")), fmt_int(g("messages"))),
+            level("dup_rate", g("dup_rate")),
+            vs_run("dup_rate", "pct") + vs_release("dup"),
+        ),
+        _tile(
+            "late",
+            "Late rate",
+            fmt_pct(g("late_rate")),
+            "%s arrivals overtaken (reordered)" % fmt_int(g("late")),
+            level("late_rate", g("late_rate")),
+            vs_run("late_rate", "pct") + vs_release("late"),
+        ),
+        _tile(
+            "restarts",
+            "Restarts",
+            fmt_int(g("restarts")),
+            "%s losses of unknown size (restarts, first contacts)" % fmt_int(g("unknown_loss_recoveries")),
+            level("restarts_per_device", per_dev),
+            vs_run("restarts", "int"),
+        ),
+        _tile(
+            "bridge-latency",
+            "Bridge latency",
+            latency("rx_to_commit"),
+            "received → committed%s" % measured("rx_to_commit"),
+            "lat " + level("rx_to_commit_p99_us", g("rx_to_commit_p99_us")),
+            vs_run("rx_to_commit_p99_us", "us").replace("run:", "run (p99):"),
+        ),
+        _tile(
+            "e2e-latency",
+            "End-to-end latency",
+            latency("gen_to_rx"),
+            "generated → received%s" % measured("gen_to_rx"),
+            "lat " + level("gen_to_rx_p99_us", g("gen_to_rx_p99_us")),
+            vs_run("gen_to_rx_p99_us", "us").replace("run:", "run (p99):"),
         ),
         _tile(
             "messages",
@@ -403,36 +316,10 @@ def _tiles(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
             % (fmt_int(g("messages")), fmt_int(g("duplicates")), fmt_int(g("late"))),
         ),
         _tile(
-            "loss",
-            "Loss rate",
-            fmt_pct(g("loss_rate")),
-            "%s messages never arrived (gaps never filled)" % fmt_int(g("lost")),
-        ),
-        _tile(
             "overruns",
             "Lost in overruns",
             fmt_int(g("events_lost_exact")),
             "events, exact, in %s ring overruns" % fmt_int(g("overruns")),
-        ),
-        _tile(
-            "bridge-latency",
-            "Bridge latency",
-            latency("rx_to_commit"),
-            "received → committed%s" % measured("rx_to_commit"),
-            "lat",
-        ),
-        _tile(
-            "e2e-latency",
-            "End-to-end latency",
-            latency("gen_to_rx"),
-            "generated → received%s" % measured("gen_to_rx"),
-            "lat",
-        ),
-        _tile(
-            "restarts",
-            "Restarts",
-            fmt_int(g("restarts")),
-            "%s losses of unknown size (restarts, first contacts)" % fmt_int(g("unknown_loss_recoveries")),
         ),
         _tile(
             "consistency",
@@ -586,36 +473,6 @@ def _table(
     )
 
 
-def _devices_section(tables: dict[str, pa.Table]) -> str:
-    dev = tables.get("devices")
-    if dev is None:
-        dev = tables["worst_devices"]
-    n = dev.num_rows
-    order = [
-        ("loss_rate", "descending"),
-        ("lost", "descending"),
-        ("late", "descending"),
-        ("device_id", "ascending"),
-    ]
-    top = dev.sort_by([o for o in order if o[0] in dev.column_names]).slice(0, DEVICE_ROWS)
-    cols = list(_DEVICE_COLS)
-    rows = _rows(top, [c[0] for c in cols] + ["lead_mismatches", "dup_flag_mismatches"])
-    if any(r.get("lead_mismatches") or r.get("dup_flag_mismatches") for r in rows):
-        cols.append(_MISMATCH_COL)
-        for r in rows:
-            r["_mismatches"] = (r.get("lead_mismatches") or 0) + (r.get("dup_flag_mismatches") or 0)
-    shown = (
-        "all %s devices" % fmt_int(n)
-        if n <= DEVICE_ROWS
-        else "the %s devices with the highest loss rate of %s" % (fmt_int(DEVICE_ROWS), fmt_int(n))
-    )
-    return (
-        '<p class="note">Showing %s, worst loss rate first. Click a heading to sort (again to reverse); '
-        'hover a heading for its definition. Every device: <a href="csv/devices.csv">csv/devices.csv</a>.'
-        '</p><div class="scroll">%s</div>' % (shown, _table(rows, cols, "loss_rate", "devices"))
-    )
-
-
 def _compare_section(tables: dict[str, pa.Table], dim: str, label: str, desc: str) -> str:
     t = tables.get("by_firmware" if dim == "firmware_version" else "by_transport")
     if t is None:
@@ -635,7 +492,7 @@ def _latency_section(tables: dict[str, pa.Table]) -> str:
         ("p95", "p95", "us", "95% of the messages took at most this"),
         ("p99", "p99", "us", "99% of the messages took at most this"),
     ]
-    return _table(rows, cols, sortable=False)
+    return '<div class="scroll x">%s</div>' % _table(rows, cols, sortable=False)
 
 
 def _consistency_section(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
@@ -791,7 +648,25 @@ def _order_card(s: dict[str, Any]) -> str:
     )
 
 
-def _page(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
+def _baseline_note(prev: dict[str, Any] | None, tables: dict[str, pa.Table]) -> str:
+    """What the deltas compare with."""
+    run = (
+        "Changes against the previous run into this folder (%s)." % _e(prev.get("generated_at") or "earlier")
+        if prev
+        else "No previous run in this folder: no change against one."
+    )
+    rel = _releases(tables)
+    if rel is not None:
+        run += " Release lines: the newest release against the one before it (rollout section)."
+    return run
+
+
+def _page(
+    s: dict[str, Any],
+    tables: dict[str, pa.Table],
+    prev: dict[str, Any] | None = None,
+    rollout_plotted: bool = False,
+) -> str:
     span = _span(tables.get("loss_over_time"), s.get("window_seconds"))
     meta = "Input <code>%s</code>%s · time windows of %s · %s arrival rows · job time %s" % (
         _e(s.get("input_dir", "-")),
@@ -805,24 +680,30 @@ def _page(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
     body = [
         "<h1>leadwire fleet report</h1>",
         '<p class="meta">%s</p>' % meta,
-        _tiles(s, tables),
-        "<h2>Loss, counted two ways</h2>",
+        '<h2 id="state">State of the fleet</h2>',
+        '<p class="note">%s Colours: green below the first threshold, amber between, red above '
+        "(loss, duplicate and late rates 1%% / 5%%; restarts per device 0.1 / 0.5; bridge p99 10 ms / "
+        "100 ms; end-to-end p99 100 ms / 1 s).</p>" % _baseline_note(prev, tables),
+        _tiles(s, tables, prev),
+        '<h2 id="rollouts">Rollouts</h2>',
+        rollout_report.section(tables, rollout_plotted),
+        '<h2 id="devices-h">Devices, worst first</h2>',
+        '<div class="two">%s%s</div>' % (_figure("worst_devices.png"), _figure("loss_over_time.png")),
+        devices_section(tables),
+        '<h2 id="protocol">Protocol detail</h2>',
+        "<h3>Loss, counted two ways</h3>",
         _loss_split(s, tables),
-        '<div class="two" style="margin-top:14px">%s%s</div>'
-        % (_figure("loss_over_time.png"), _figure("worst_devices.png")),
-        "<h2>Order of arrival, recoveries and restarts</h2>",
+        "<h3>Order of arrival, recoveries and restarts</h3>",
         '<div class="two">%s%s</div>' % (_figure("lead_histogram.png"), _order_card(s)),
-        "<h2>Devices</h2>",
-        _devices_section(tables),
-        "<h2>By firmware version</h2>",
+        "<h3>By firmware version</h3>",
         _figure("by_firmware.png", "wide"),
         _compare_section(tables, "firmware_version", "Firmware", "firmware version"),
-        "<h2>By link</h2>",
+        "<h3>By link</h3>",
         _figure("by_transport.png", "wide"),
         _compare_section(tables, "transport", "Link", "transport"),
-        "<h2>Latency, whole fleet</h2>",
+        "<h3>Latency, whole fleet</h3>",
         _latency_section(tables),
-        "<h2>Consistency with the bridge</h2>",
+        "<h3>Consistency with the bridge</h3>",
         _consistency_section(s, tables),
         "<h2>What the numbers mean</h2>",
         "<dl>%s</dl>" % glossary,
@@ -834,18 +715,31 @@ def _page(s: dict[str, Any], tables: dict[str, pa.Table]) -> str:
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         "<title>leadwire fleet report</title><style>%s</style></head><body><main>%s</main>"
-        "<script>%s</script></body></html>\n" % (_CSS, "\n".join(body), _JS)
+        "<script>%s%s</script></body></html>\n" % (_CSS, "\n".join(body), _JS, DEVICE_JS)
     )
 
 
 def write_report(out_dir: str, tables: dict[str, pa.Table], summary: dict[str, Any]) -> str:
-    """Write index.html and the PNG plots into out_dir; return the index path."""
-    _plot_lead_histogram(tables["lead_histogram"], os.path.join(out_dir, "lead_histogram.png"))
-    _plot_loss_over_time(tables["loss_over_time"], os.path.join(out_dir, "loss_over_time.png"))
-    _plot_worst(tables["worst_devices"], os.path.join(out_dir, "worst_devices.png"))
+    """Write index.html and the PNG plots into out_dir; return the index path. The deltas compare
+    with the summary the last report into out_dir saved (LAST_SUMMARY), and this one is saved."""
+    plot_lead_histogram(tables["lead_histogram"], os.path.join(out_dir, "lead_histogram.png"))
+    plot_loss_over_time(tables["loss_over_time"], os.path.join(out_dir, "loss_over_time.png"))
+    plot_worst(tables["worst_devices"], os.path.join(out_dir, "worst_devices.png"))
     for dim, name in (("firmware_version", "by_firmware"), ("transport", "by_transport")):
-        _plot_compare(tables[name], dim, os.path.join(out_dir, name + ".png"), PLOTS[name + ".png"])
+        plot_compare(tables[name], dim, os.path.join(out_dir, name + ".png"), PLOTS[name + ".png"])
+    plotted = rollout_report.plot_rollout(tables, os.path.join(out_dir, rollout_report.PLOT))
+    last = os.path.join(out_dir, LAST_SUMMARY)
+    prev = None
+    try:
+        with open(last) as f:
+            prev = json.load(f)
+    except (FileNotFoundError, ValueError):
+        pass
     path = os.path.join(out_dir, "index.html")
     with open(path, "w", encoding="utf-8") as f:
-        f.write(_page(summary, tables))
+        f.write(_page(summary, tables, prev, plotted))
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    with open(last + ".tmp", "w") as f:
+        json.dump({**summary, "generated_at": now}, f, default=str)
+    os.replace(last + ".tmp", last)
     return path

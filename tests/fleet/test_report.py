@@ -1,8 +1,12 @@
-"""The fleet report (host/fleet/report.py) from small hand-made tables: no Spark.
+"""The fleet report (host/fleet/report.py): no Spark.
 
-The number formats exactly; the tiles, the two loss counts and how they reconcile, the consistency
-section; and the page in headless Chromium: every plot loads, the per-device table sorts by a
-click, the screenshot is not blank.
+From small hand-made tables: the number formats exactly; the tiles, the two loss counts and how
+they reconcile, the consistency section; the page in headless Chromium: every plot loads, the
+per-device table sorts by a click, the screenshot is not blank. From the DuckDB oracle's tables of
+a synthetic rollout (120 devices, one release made worse): the operations page in Chromium at
+1400 and 390 px: state against the previous run and release, the regression, the device table
+fitting, filtering and paging; numbers read from the page's text; screenshots kept in
+/tmp/leadwire-report/ (REPORT_SHOTS) to be looked at.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from leadwire.fleet.report import PLOTS, fmt_int, fmt_pct, fmt_us, fmt_window, write_report
+from leadwire.fleet.report import PLOTS, fmt_int, fmt_pct, fmt_us, fmt_window, level, write_report
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -106,6 +110,8 @@ SUMMARY: dict[str, Any] = {
     "late": 20,
     "lost": 2_232,
     "loss_rate": 2_232 / 102_232,
+    "dup_rate": 345 / 100_345,
+    "late_rate": 20 / 100_345,
     "skipped": 2_252,
     "lead_eq1": 99_900,
     "lead_eq0": 345,
@@ -239,7 +245,15 @@ def test_tiles_and_the_two_loss_counts(report: Path) -> None:
         assert 'src="%s"' % png in page
     # no column names where words belong; raw values only in data-v (for sorting) and tooltips
     assert "loss_rate 0." not in page and "events_lost_exact 2623" not in page
-    assert '<td data-v="2000">2,000</td>' in page
+    # every device in the page's data (the script pages through it): [text, raw value] per cell
+    data = json.loads(
+        re.search(r'<script type="application/json" id="device-data">(.*?)</script>', page).group(1)
+    )
+    assert [r[0][0] for r in data["rows"]] == ["dev-2", "dev-1", "dev-10"]
+    assert data["rows"][1][6] == ["2,000", 2000]
+    # thresholds: 2.18% loss is between 1% and 5% (amber); no previous run, no release lines
+    assert 'class="tile warn" id="tile-loss"' in page and 'class="tile good" id="tile-duplicates"' in page
+    assert "No previous run in this folder" in page and "vs previous run" not in page
     assert not re.search(r'(src|href)="(https?:)?//', page)  # nothing fetched from a network
 
 
@@ -365,3 +379,127 @@ def test_page_in_headless_chromium(report: Path, tmp_path_factory: pytest.TempPa
         assert im.size == (1280, 1600)
         colours = im.convert("RGB").getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 200
+
+
+# ------------------------------------------------------------------- the operations page, Chromium
+REPORT_SHOTS = Path("/tmp/leadwire-report")
+OPS_CHECK = """<script>
+window.addEventListener('load', function(){ setTimeout(function(){
+  var t = document.getElementById('devices'), out = {};
+  function info(){ return document.getElementById('device-info').textContent; }
+  function first(){ return t.tBodies[0].rows[0].cells[0].textContent; }
+  function head(label){ return Array.prototype.filter.call(t.tHead.rows[0].cells, function(th){
+    return th.textContent === label; })[0]; }
+  out.page_width = document.documentElement.scrollWidth;
+  out.table_fits = t.parentNode.scrollWidth <= t.parentNode.clientWidth;
+  out.info = info(); out.rows = t.tBodies[0].rows.length; out.first = first();
+  document.getElementById('device-next').click(); out.next = info();
+  document.getElementById('device-next').click(); out.last = info();
+  out.last_rows = t.tBodies[0].rows.length;
+  var f = document.getElementById('device-filter'); f.value = 'dev-001';
+  f.dispatchEvent(new Event('input')); out.filtered = info();
+  out.filtered_ids = Array.prototype.map.call(t.tBodies[0].rows, function(r){
+    return r.cells[0].textContent; });
+  f.value = ''; f.dispatchEvent(new Event('input'));
+  head('Gaps never filled').click(); out.most_gaps = first();
+  var pre = document.createElement('pre'); pre.id = 'check'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+  if (window.parent !== window) window.parent.postMessage(JSON.stringify(out), '*');
+}, 0); });
+</script>"""
+# Headless Chromium lays a page out at least 500 px wide, whatever --window-size says; a phone
+# width is checked in an iframe of that width (the page inside reports back by postMessage).
+FRAME = """<!doctype html><body style="margin:0"><iframe src="check.html" width="%d" height="3000"
+style="border:0"></iframe><script>window.addEventListener('message', function(e){
+var p = document.createElement('pre'); p.id = 'check'; p.textContent = e.data;
+document.body.appendChild(p); });</script></body>"""
+
+
+def _ops_report(tmp: Path) -> tuple[Path, dict[str, Any], dict[str, pa.Table]]:
+    """A synthetic rollout (120 devices, 1.1.0 made worse) through the DuckDB oracle, written as a
+    report twice into one folder: the second run's page shows the change against the first."""
+    pytest.importorskip("duckdb")
+    from leadwire.fleet.oracle import run_oracle
+    from leadwire.fleet.rollout_oracle import run_rollout_oracle
+    from leadwire.fleet.rollout_synth import RolloutConfig, rollout_synth_config, write_rollout
+
+    exp, out = tmp / "export", tmp / "report"
+    out.mkdir()
+    first: dict[str, Any] = {}
+    for rows, worse in ((10_000, None), (16_000, "1.1.0")):
+        cfg = rollout_synth_config(rows=rows, devices=120, seed=3)
+        write_rollout(cfg, RolloutConfig(worse=worse, extra_loss=0.05, latency_factor=2.0), str(exp))
+        frames = {**run_oracle(str(exp)), **run_rollout_oracle(str(exp))}
+        summary = {**frames["summary"].iloc[0].to_dict(), "window_seconds": 3600, "input_dir": str(exp)}
+        tables = {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in frames.items()}
+        write_report(str(out), tables, summary)
+        first = first or summary
+    return out, {"first": first, "second": summary}, tables
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian: apt-get install chromium)")
+def test_report_operations_page_in_chromium_1400_and_390(tmp_path: Path) -> None:
+    out, runs, tables = _ops_report(tmp_path)
+    page = (out / "index.html").read_text()
+    # the order of an operations page: state, rollouts, worst devices, then the protocol detail
+    heads = [page.index(h) for h in ('id="state"', 'id="rollouts"', 'id="devices-h"', 'id="protocol"')]
+    assert heads == sorted(heads)
+    (out / "check.html").write_text(page.replace("</body>", OPS_CHECK + "</body>"))
+    devices = tables["devices"].to_pylist()
+    most_gaps = max(devices, key=lambda d: (d["lost"], -devices.index(d)))["device_id"]
+    REPORT_SHOTS.mkdir(exist_ok=True)
+    for width in (1400, 390):
+        prof = tmp_path / ("chromium-%d" % width)
+        prof.mkdir()
+        (out / "frame.html").write_text(FRAME % width)
+        url = (out / ("check.html" if width >= 500 else "frame.html")).as_uri()
+        size = "--window-size=%d,2400" % max(width, 500)
+        dom = _chromium(prof, url, size, "--virtual-time-budget=10000", "--dump-dom").stdout
+        m = re.search(r'<pre id="check">(.*?)</pre>', dom, re.S)
+        assert m, dom[:300]
+        got = json.loads(m.group(1).replace("&quot;", '"'))
+        assert got["page_width"] <= width  # nothing cut at the page's edge
+        if width == 1400:
+            assert got["table_fits"]  # every column of the device table visible without scrolling it
+            _check_ops_text(dom, runs["second"], runs["first"], tables)
+        assert (got["info"], got["rows"]) == ("devices 1\u201350 of 120", 50)
+        assert (got["next"], got["last"], got["last_rows"]) == (
+            "devices 51\u2013100 of 120",
+            "devices 101\u2013120 of 120",
+            20,
+        )
+        assert got["filtered"] == "devices 1\u201310 of 10 (filtered from 120)"
+        assert sorted(got["filtered_ids"]) == ["dev-%04d" % i for i in range(10, 20)]
+        assert got["most_gaps"] == most_gaps
+        shot = REPORT_SHOTS / ("report-%d.png" % width)
+        _chromium(
+            prof, (out / "index.html").as_uri(), "--window-size=%d,3000" % width, "--screenshot=%s" % shot
+        )
+        from PIL import Image
+
+        with Image.open(shot) as im:
+            assert im.size == (width, 3000)
+            colours = im.convert("RGB").getcolors(maxcolors=1 << 20)
+        assert colours is not None and len(colours) > 200
+
+
+def _check_ops_text(dom: str, s: dict[str, Any], prev: dict[str, Any], tables: dict[str, pa.Table]) -> None:
+    """The numbers on the page, read from its text, against the tables and the two summaries."""
+    assert 'data-plots-loaded="6/6"' in dom, dom[:300]
+    assert _tile(dom, "loss")[0] == fmt_pct(s["loss_rate"])
+    assert _tile(dom, "devices")[0] == "120"
+    loss_tile = re.search(r'id="tile-loss">(.*?)</div></div>', dom, re.S).group(1)
+    assert (
+        "vs previous run: " in loss_tile
+        and "%+.2f pp" % (100 * (s["loss_rate"] - prev["loss_rate"])) in loss_tile
+    )
+    assert ("tile %s" % level("loss_rate", s["loss_rate"])) in dom.split('id="tile-loss"')[0][-30:]
+    verdict = re.sub(r"<[^>]+>", "", re.search(r'id="rollout-verdict">(.*?)</div>', dom, re.S).group(1))
+    reg = [r for r in tables["rollout_regressions"].to_pylist() if r["regression"]]
+    assert [(r["firmware_version"], r["metric"]) for r in reg] == [("1.1.0", "loss")]
+    want = "1.1.0 loss rate %s vs 1.0.0 %s" % (fmt_pct(reg[0]["rate"]), fmt_pct(reg[0]["previous_rate"]))
+    assert want in verdict, verdict
+    rel = {r["firmware_version"]: r for r in tables["rollout_releases"].to_pylist()}
+    row = re.search(r'<tr data-release="1.1.0">(.*?)</tr>', dom, re.S).group(1)
+    assert '<td class="bad">%s' % fmt_pct(rel["1.1.0"]["loss_rate"]) in row
