@@ -16,8 +16,9 @@ from tests.fleet.conftest import T0, arrivals_df, stream, table_df
 pytest.importorskip("duckdb")
 
 from leadwire.fleet import transforms as T
-from leadwire.fleet.job import Inputs, by_device, extract
+from leadwire.fleet.extract import Inputs, extract
 from leadwire.fleet.oracle import compare_tables
+from leadwire.fleet.plan import by_device
 from leadwire.fleet.rollout import T975, Z, rollout_tables
 from leadwire.fleet.rollout_oracle import run_rollout_oracle
 from leadwire.fleet.rollout_synth import RolloutConfig, rollout_synth_config, write_rollout
