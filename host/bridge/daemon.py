@@ -36,6 +36,7 @@ import itertools
 import logging
 import math
 import os
+import select
 import socket
 import time
 from array import array
@@ -108,6 +109,9 @@ class _UdpSocket:
             raise
         self.unknown = 0
         self.send_errors = 0
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        self._queued = poller.poll
         self.loop = asyncio.get_running_loop()
         self.loop.add_reader(self.sock.fileno(), self._readable)
 
@@ -115,11 +119,21 @@ class _UdpSocket:
         self.drain(self.burst)
         self.bridge.sched.run_ready()
 
-    def drain(self, limit: int) -> None:
-        """Hand the datagrams already queued (at most ``limit``) to their devices."""
+    def drain(self, limit: int, readable: bool = True) -> None:
+        """Hand the datagrams already queued (at most ``limit``) to their devices.
+
+        After the first datagram (before it too, unless the selector has just said the socket is
+        readable) a poll(0) asks whether another is queued before reading: below saturation a
+        wake-up finds one datagram, and a read that finds none raises BlockingIOError, ~4-5 us of
+        CPU against ~1 us for poll(0) (measured on this 2-core host), per round trip."""
         recv = self.sock.recvfrom
         by_addr = self.bridge.by_addr
-        for _ in range(limit):
+        queued = self._queued
+        if not readable and not queued(0):
+            return
+        for i in range(limit):
+            if i == 1 and not queued(0):
+                break
             try:
                 data, addr = recv(4096)
             except (BlockingIOError, InterruptedError):
@@ -498,10 +512,15 @@ class Scheduler:
         now = self.loop.time()
         dl = self.deadlines
         udp = self.bridge._udp
-        if udp is not None and dl and dl[0][0] <= now:
-            udp.drain(1 << 30)  # all of them: answers that came while the loop was busy are not timeouts
         while dl and dl[0][0] <= now:
-            _, _, r, gen = heapq.heappop(dl)
+            _, _, r, gen = dl[0]
+            if udp is not None and r.waiting and r.gen == gen:
+                # a request out past its deadline: first every datagram queued (answers that came
+                # while the loop was busy are answers, not timeouts), then look at it again
+                udp.drain(1 << 30, False)
+                udp = None
+                continue
+            heapq.heappop(dl)
             if r.waiting and r.gen == gen:  # no answer in time: a transport error
                 if r.last_rx > r.sent and r.last_rx + r.client.rto > now:
                     # frames are still coming (a burst): silence, not the whole answer, is timed
