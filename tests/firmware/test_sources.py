@@ -58,6 +58,30 @@ lwapp.run(app)
 """
 
 
+PUSH_APP = """
+import asyncio
+
+import lwapp
+
+
+async def app(agent):
+    agent.channel(3)
+    buf = bytearray(2)
+    v = 0
+    while True:
+        v += 1
+        buf[0] = v >> 8
+        buf[1] = v & 0xFF
+        agent.emit(3, buf, 2)
+        if v == 40:
+            agent.alarm(128, v)
+        await asyncio.sleep_ms(20)
+
+
+lwapp.run(app)
+"""
+
+
 def ring_events(c: Client, channel: int) -> list[bytes]:
     f = c.poll(0, 1)
     assert f.type == wire.RECOVERY, f
@@ -113,3 +137,35 @@ def test_emitter_keeps_order_and_counts_what_it_could_not_hold(tmp_path: Path) -
             c.close()
     # 0 and 1 held, 2..4 missed (both buffers waiting), 5..7 written as posted, then missed = 3
     assert got == [bytes([0, v]) for v in (0, 1, 5, 6, 7)] + [bytes([0xEE, 3])]
+
+
+def test_application_channel_and_alarm_are_pushed(tmp_path: Path) -> None:
+    """A SUBSCRIBE naming the application's channel (Agent.channel) and the alarm channel: the
+    reports carry its readings, consecutive, and its alarm (code 128) comes as a NOTIFY of its own
+    on the alarm channel."""
+    d = tmp_path / "board"
+    build("unix", d)
+    (d / "main.py").write_text(PUSH_APP)
+    cfg = {"health": {"ms": 0}, "sensors": [], "report": {"ms": 100}}
+    with start_board("serial", config=cfg, board_dir=d, build_firmware=False) as b:
+        c = Client(SerialLink(b.port or ""))
+        try:
+            ack = c.request(messages.subscribe_frame([3, 9]), [wire.ACK])
+            assert messages.decode_ack(ack)[1] == 200
+            readings: list[int] = []
+            alarms: list[tuple[int, int]] = []
+            end = time.monotonic() + 10
+            while time.monotonic() < end and not (alarms and len(readings) >= 30):
+                f = c.recv([wire.NOTIFY], 1.0)
+                if f is None:
+                    continue
+                _, recs = messages.decode_records(f.payload)
+                if f.channel == 3:
+                    readings += [int.from_bytes(x, "big") for ch, x in recs if ch == 3]
+                else:
+                    alarms += [messages.decode_alarm(x) for ch, x in recs if ch == 9]
+                c.send(messages.ack_frame(f.seq, 200, f.channel))
+        finally:
+            c.close()
+    assert alarms == [(128, 40)]
+    assert len(readings) >= 30 and readings == list(range(readings[0], readings[0] + len(readings)))
