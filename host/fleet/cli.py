@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -59,6 +60,12 @@ def _check_input(input_dir: str, out_dir: str) -> str | None:
 )
 @click.option("--driver-memory", default="4g", show_default=True)
 @click.option("--no-report", is_flag=True, help="Tables only, no index.html.")
+@click.option("--webhook", default=None, help="POST the rollout regression flags (JSON) to this URL.")
+@click.option(
+    "--fail-on-regression",
+    is_flag=True,
+    help="Exit 3 when a release is flagged as a regression (OUT/regressions.json has them).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 def fleet(
     input_dir: str,
@@ -76,6 +83,8 @@ def fleet(
     shuffle_partitions: int | None,
     driver_memory: str,
     no_report: bool,
+    webhook: str | None,
+    fail_on_regression: bool,
     quiet: bool,
 ) -> None:
     """Analyse exported fleet telemetry with Spark: leads, loss, duplicates, reordering, restarts,
@@ -111,8 +120,28 @@ def fleet(
             progress=not quiet,
             shuffle_partitions=shuffle_partitions,
             driver_memory=driver_memory,
+            webhook=webhook,
         )
     except BadInput as e:
         click.echo("leadwire fleet: %s" % e, err=True)
         sys.exit(2)
     click.echo(format_summary(summary))
+    _exit_for_flags(summary, fail_on_regression)
+
+
+def _exit_for_flags(summary: dict[str, Any], fail_on_regression: bool) -> None:
+    """Exit 4 when the webhook did not take the regression flags; 3 when a release is flagged and
+    --fail-on-regression asked for it (webhook.EXIT_*)."""
+    from leadwire.fleet.webhook import EXIT_REGRESSION, EXIT_WEBHOOK_FAILED
+
+    status = summary.get("regression_status", 0)
+    if status == EXIT_WEBHOOK_FAILED:
+        click.echo(
+            "leadwire fleet: the webhook did not take the regression flags (in regressions.json)", err=True
+        )
+        sys.exit(status)
+    if status == EXIT_REGRESSION and fail_on_regression:
+        click.echo(
+            "leadwire fleet: %d regression flag(s), in regressions.json" % summary["regressions"], err=True
+        )
+        sys.exit(status)

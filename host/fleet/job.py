@@ -135,6 +135,7 @@ def run_job(
     shuffle_partitions: int | None = None,
     driver_memory: str = "4g",
     exact_max_values: int = T.EXACT_MAX_VALUES,
+    webhook: str | None = None,
 ) -> dict[str, Any]:
     """Analyse the export at input_dir, write tables and report to out_dir, return the summary.
 
@@ -142,7 +143,8 @@ def run_job(
     date_to bound the rows counted (inclusive dates); lookback_days / lookahead_days bound what is
     read around them (DateRange). daily=True: from the last date of the previous run into the same
     out_dir (daily_range) on. exact_max_values: fleet-level latency percentiles are exact for
-    groups of at most this many values, approximate above (build_tables).
+    groups of at most this many values, approximate above (build_tables). webhook: a URL the
+    rollout regression flags are POSTed to (OUT/regressions.json is written either way).
 
     Raises BadInput for a missing path, a wrong schema, null keys or empty data. The returned dict
     holds the fleet summary numbers (see docs/fleet.md), plus 'mismatch_rows', 'seconds' and 'out_dir'.
@@ -193,7 +195,7 @@ def run_job(
         )
         if dates.bounded and DAY_US % (window_seconds * 1_000_000):
             raise BadInput("a date range needs a window that divides a day (got %ds)" % window_seconds)
-        spec = JobSpec(input_dir, out_dir, dates, window_seconds, worst_n, exact_max_values, report)
+        spec = JobSpec(input_dir, out_dir, dates, window_seconds, worst_n, exact_max_values, report, webhook)
         try:
             return run_stages(Run(spark, spec, prog, keep, cut))
         except BadInput:

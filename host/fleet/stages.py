@@ -40,6 +40,7 @@ from leadwire.fleet.plan import (
     sort_table,
 )
 from leadwire.fleet.progress import Progress
+from leadwire.fleet.rollout_stage import stage_flags, stage_rollout
 from leadwire.fleet.schema import PARTITION_COLUMN
 from leadwire.fleet.session import is_local_master
 
@@ -58,6 +59,7 @@ class JobSpec:
     worst_n: int = 10
     exact_max_values: int = T.EXACT_MAX_VALUES
     report: bool = True
+    webhook: str | None = None  # where the regression flags are POSTed (rollout_stage.stage_flags)
 
 
 @dataclass
@@ -201,7 +203,9 @@ STAGES: list[Stage] = [
     stage_tables,
     stage_write_executor_tables,
     stage_small_tables,
+    stage_rollout,
     stage_load,
+    stage_flags,
     stage_report,
     stage_publish,
 ]

@@ -125,3 +125,39 @@ def test_webhook_client_error_not_retried_and_no_server(tmp_path: Any) -> None:
         s.close()
     with pytest.raises(WebhookError, match=r"^webhook http://127\.0\.0\.1:9/: "):
         post_json("http://127.0.0.1:9/", {"a": 1}, timeout=2, retries=1)
+
+
+def test_webhook_exit_status_of_leadwire_fleet() -> None:
+    from leadwire.fleet.cli import _exit_for_flags
+
+    _exit_for_flags({"regression_status": 3, "regressions": 1}, fail_on_regression=False)  # no exit
+    _exit_for_flags({"regression_status": 0, "regressions": 0}, fail_on_regression=True)
+    for status, fail in ((3, True), (4, False), (4, True)):
+        with pytest.raises(SystemExit) as e:
+            _exit_for_flags({"regression_status": status, "regressions": 1}, fail_on_regression=fail)
+        assert e.value.code == status
+
+
+@pytest.mark.timeout(420)
+def test_webhook_from_the_fleet_job(spark: Any, sink: _Sink, tmp_path: Any) -> None:
+    """The job's rollout stage on a synthetic rollout where 1.1.0 was made worse: the flag reaches
+    the local server, regressions.json, the rollout tables and the report."""
+    from leadwire.fleet.job import run_job
+    from leadwire.fleet.rollout_synth import RolloutConfig, rollout_synth_config, write_rollout
+
+    export, out = tmp_path / "export", tmp_path / "out"
+    cfg = rollout_synth_config(rows=12_000, seed=0)
+    write_rollout(cfg, RolloutConfig(worse="1.1.0", extra_loss=0.05, latency_factor=2.0), str(export))
+    summary = run_job(str(export), str(out), spark, progress=False, webhook=sink.url)
+    assert (summary["regressions"], summary["regression_status"]) == (1, EXIT_REGRESSION)
+    [(_, _, body)] = sink.bodies
+    flags = json.loads(body)["regressions"]
+    assert [(f["firmware_version"], f["previous_version"], f["metric"]) for f in flags] == [
+        ("1.1.0", "1.0.0", "loss")
+    ]
+    assert json.loads((out / "regressions.json").read_text())["regressions"] == flags
+    assert (out / "parquet" / "rollout_regressions.parquet").is_file()
+    assert (out / "csv" / "rollout_releases.csv").is_file()
+    page = (out / "index.html").read_text()
+    assert 'class="banner bad" id="rollout-verdict"' in page and "<b>1.1.0</b> loss rate" in page
+    assert (out / "rollout.png").stat().st_size > 5_000
