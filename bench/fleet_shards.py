@@ -78,7 +78,7 @@ def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: st
             sim0 = fleet.cpu_seconds()
             time.sleep(seconds)
             sim = fleet.cpu_seconds() - sim0
-            outs = []
+            outs: list[dict[str, Any]] = []
             for w in workers:
                 w.communicate(timeout=seconds + 300)
                 if w.returncode:
