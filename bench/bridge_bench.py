@@ -1,6 +1,6 @@
 """Bridge benchmark: ingest rate into the durable store vs SQLite's own batched inserts, devices per
 process at 10 Hz, generation-to-commit latency, the effect of adaptive polling, and the cost of
-authentication (issue 6: signed vs unsigned side by side in phases 2 and 3; phase 4 signed unless
+authentication (signed vs unsigned side by side in phases 2 and 3; phase 4 signed unless
 --fleet-no-auth).
 
     .venv/bin/python bench/bridge_bench.py              # full run (about 3 minutes + 4 for phase 6)
@@ -29,7 +29,7 @@ Phases (one run, one machine):
    with REF's bridge code too, back to back, and prints the ratios.
 5. Adaptive polling, in virtual time (sans-I/O client + simulated ring, deterministic): bursty
    traffic against fixed intervals and against the adaptive policy: polls sent and events lost.
-6. Durable ACKs (issue 16, ``--only durable``): the live ingest of 3. with push sessions beside it
+6. Durable ACKs (``--only durable``): the live ingest of 3. with push sessions beside it
    (simulated devices in this process, 3 channels each, a new report as soon as the last one is
    confirmed), ``[store] synchronous = "normal"`` (the old default: a power loss can lose ACKed
    reports) and ``"full"`` (the default: every commit fsynced before its ACKs go out) run in turn,
@@ -118,7 +118,7 @@ def sqlite_plain(tmp: Path, rows: int) -> float:
 
 
 def sqlite_schema1(tmp: Path, rows: int) -> float:
-    """Schema 1 (until this change): an events row and an arrival row per event, same transaction."""
+    """Schema 1 (store_baseline.py): an events row and an arrival row per event, same transaction."""
     data = bytes(PAYLOAD)
     now = time.time_ns() // 1000
     o = order(rows)
