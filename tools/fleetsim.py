@@ -4,7 +4,7 @@ Runs ``--devices`` devices split over ``--procs`` worker processes, prints one J
 ``{"devices": [{"id": ..., "udp": "127.0.0.1:PORT"}, ...], "pids": [...]}`` and, with
 ``--config PATH``, writes a bridge.toml polling all of them. Stops on SIGTERM/SIGINT.
 
-Authentication (issue 6) is on by default: each device draws a random key; the keys go into the
+Authentication is on by default: each device draws a random key; the keys go into the
 written config only (``key = "..."`` per device), never into the printed line. ``--no-auth`` runs
 unsigned devices (``auth = false`` in the config). ``Fleet(..., auth=False)`` from Python.
 
