@@ -6,6 +6,7 @@
 # overlong run it resynchronises at the next delimiter, reporting one typed error.
 from leadwire import wire
 from leadwire._compat import MICROPYTHON
+from leadwire.bufcopy import copy_into
 
 DELIMITER = 0
 
@@ -73,6 +74,22 @@ def decode_in_place(buf, n):
     return o
 
 
+def index(s, h, n):
+    """The position of the first 0 byte in s[h:n], or n. Allocates nothing."""
+    while h < n:
+        if s[h] == 0:
+            return h
+        h += 1
+    return n
+
+
+if MICROPYTHON:  # the native twins of the receive path (decode_in_place, index) where they load
+    try:
+        from leadwire._viper import decode_in_place, index  # type: ignore[no-redef, assignment]
+    except (ImportError, SyntaxError, NotImplementedError, ValueError):  # ValueError: _viper.mpy refused
+        pass
+
+
 def _encode_own(data):
     out = bytearray(max_encoded(len(data)) + 1)
     end = encode_into(data, len(data), out, 0)
@@ -138,15 +155,18 @@ class StreamDecoder:
         cap = len(buf)
         n = self._n
         while pos < end:
-            b = data[pos]
+            b = index(data, pos, end)  # the next delimiter (or end): the bytes before it are kept
+            k = b - pos
+            if n + k > cap:  # what does not fit is dropped: an oversize frame
+                k = cap - n
+                self._overflow = True
+            if k > 0:
+                copy_into(buf, n, data, pos, k)
+                n += k
+            pos = b
+            if pos == end:
+                break
             pos += 1
-            if b != DELIMITER:
-                if n < cap:
-                    buf[n] = b
-                    n += 1
-                else:
-                    self._overflow = True
-                continue
             self._n = 0
             if self._overflow:
                 self._overflow = False

@@ -38,10 +38,12 @@ QUICK = [
     "test_alloc_ring_write",
     "test_alloc_stream_decoder",
     "test_alloc_wire_check_and_crc",
+    "test_cobs_vectors",
     "test_crc16_vectors",
     "test_offsets_stay_small_across_wrap",
     "test_ring_burst_vectors",
     "test_ring_vectors",
+    "test_stream_decoder_resync",
 ]
 
 
