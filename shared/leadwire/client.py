@@ -109,6 +109,7 @@ class PollClient:
     def __init__(self, n=0, epoch=None, fresh=True):
         self.n = n  # offset of the last event received (0 before any, spec 004)
         self.epoch = epoch  # boot epoch of the device as last seen
+        self.left = None  # the epoch before it: a boot once left is never current again
         self.fresh = fresh  # no event or range of the current boot known yet
         self.state = HANDSHAKE if epoch is None else POLLING
         self.hello = None
@@ -294,11 +295,14 @@ class PollClient:
             return self._stale()
         n0, n1 = messages.decode_recovery(frame)
         epoch = messages.recovery_epoch(frame)
+        if epoch == self.left and epoch != self.epoch:
+            return self._stale()  # a late answer of the boot before (a copy it answered), not a restart
         self.consecutive_errors = 0
         if epoch != self.epoch:
             # a new boot: its range is the whole story we can know
             if self.epoch is not None:
                 self.restarts += 1
+                self.left = self.epoch
             self.epoch = epoch
             return (RECOVER, self._begin(RESTART, n0, n1, None))
         if self.fresh:
@@ -338,10 +342,14 @@ class PollClient:
         return self.loss
 
     def _hello(self, hello):
+        if hello.boot_epoch == self.left and hello.boot_epoch != self.epoch:
+            return self._stale()  # a late answer of the boot before (see _recovery)
         self.hello = hello
         self.consecutive_errors = 0
         self.hello_due = False
         restarted = self.epoch is not None and hello.boot_epoch != self.epoch
+        if restarted:
+            self.left = self.epoch
         self.epoch = hello.boot_epoch
         if restarted:
             # a new boot announced itself: nothing of it received yet; its first RECOVERY is the

@@ -257,8 +257,10 @@ class HoldingPollClient(PollClient):
             self.unproven = 0
             return super()._recovery(frame)
         n0, n1 = messages.decode_recovery(frame)
-        if messages.recovery_epoch(frame) != self.epoch:
-            self.unproven = 0  # a restart: the old boot may never have got that far
+        epoch = messages.recovery_epoch(frame)
+        if epoch != self.epoch:
+            if epoch != self.left:  # (the boot before: a late answer, stale)
+                self.unproven = 0  # a restart: the old boot may never have got that far
             return super()._recovery(frame)
         start = succ(self.n)
         if not lt(start, n0):
@@ -416,7 +418,8 @@ class HoldingPollClient(PollClient):
         return super()._begin(cause, n0, n1, lost, skip)
 
     def _hello(self, hello):
-        restarted = self.epoch is not None and hello.boot_epoch != self.epoch
+        e = hello.boot_epoch
+        restarted = self.epoch is not None and e != self.epoch and e != self.left
         if restarted:
             self.held = {}
             self.recent = []

@@ -140,7 +140,7 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
         owd: float = 0.0004, jitter: float = 0.0002, req_us: float = 30.0, ev_us: float | None = None,
         step_us: float = 20.0, idle: float = 0.0, spike: float = 0.0, dup: float = 0.0, reorder: float = 0.0,
         copies: bool = True, host_us: float = 0.0, host_ev_us: float = 0.0, stall: float = 0.0,
-        stall_ms: float = 0.0, check_every: int = 0, old_firmware: bool = False,
+        stall_ms: float = 0.0, check_every: int = 0, old_firmware: bool = False, restart: float = 0.0,
         **poll_kw: Any) -> dict[str, Any]:  # fmt: skip
     """One run: `rate` events/s of `size` bytes into a `ring`-slot ring for `window` s at `loss` each
     way, then drained on a clean link; exact accounting checked. `poll_kw`: PollConfig fields that
@@ -160,12 +160,21 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
     link.host_s, link.host_ev_s = host_us * 1e-6, host_ev_us * 1e-6
     link.stall_p, link.stall_s = stall, stall_ms * 1e-3
     tick = [0]
+    ended: dict[int, tuple[int, int | None]] = {}  # boots the device restarted out of: (start, newest)
+
+    def truth() -> tuple[int, int | None] | None:
+        """The device's record of the boot the client is on (None: not known to it yet)."""
+        if cl.epoch == core.epoch:
+            return core.start, core.ring.newest() if core.generated else None
+        return ended.get(cl.epoch) if cl.epoch is not None else None
+
     if check_every:
 
         def check() -> None:
             tick[0] += 1
-            if tick[0] % check_every == 0:
-                require(check_client(cl, core.start, core.ring.newest() if core.generated else None))
+            boot = truth()
+            if tick[0] % check_every == 0 and boot is not None:
+                require(check_client(cl, *boot))
 
         link.check = check
     link.push(0.0, "due", None)
@@ -184,17 +193,25 @@ def run(size: int, ring: int, rate: float, loss: float, seed: int = 0, window: f
     link.idle_rto = 0.0
     losses_before = {id(r) for r in cl.out_losses}
     link.faults = dict(CLEAN, loss=loss, spike=spike, dup=dup, reorder=reorder)
-    gen0 = core.generated
+    gen0 = core.generated_total
     while t < warm + window:
         carry += rate * dt
         k = int(carry)
         carry -= k
+        if restart and rng.random() < restart:
+            # the device restarts: the boot the client is on must be exact up to its n; late
+            # answers of the old boot are still checked against its record after
+            ended[core.epoch] = (core.start, core.ring.newest() if core.generated else None)
+            boot = truth()
+            if boot is not None:
+                require(check_client(cl, *boot))
+            core.boot()
         if k:
             core.write_events(k, int(t * 1e6))
         t += dt
         link.run_until(t)
     stored = len(cl.out_events) - base_stored
-    generated = core.generated - gen0
+    generated = core.generated_total - gen0
     idle = link.idle_rto
     d = {k: cl.dc[k] - v for k, v in base.items()}
     lost = cl.dc["overrun_lost"] - base_lost
@@ -259,10 +276,14 @@ def drain_and_account(
     link.run_until(link.t + settle_s)
     stored = [ev[2] for ev in cl.out_events]
     losses = list({id(r): r for r in cl.out_losses}.values())
+    assert u32.distance(cl.n, core.ring.newest()) == getattr(cl.pc, "unproven", 0), "not drained"
+    if core.boots > 1:  # the device restarted: its last boot, with its restart row, exactly
+        assert cl.epoch == core.epoch, "restart not seen"
+        require(check_client(cl, core.start, core.ring.newest(), drained=True))
+        return stored, losses
     lost = sum(r.lost for r in losses if r.lost is not None)
     before = sum(u32.distance(r.n0, core.start) for r in losses if r.cause == "first_contact")
     assert len(stored) == len(set(stored)), "an event stored twice"
-    assert u32.distance(cl.n, core.ring.newest()) == getattr(cl.pc, "unproven", 0), "not drained"
     assert len(stored) + lost + before == core.generated, "silent loss"
     return stored, losses
 

@@ -142,19 +142,21 @@ def test_held_frames_first_in_a_run_two_gaps_two_rows_nothing_silent(tmp_path: P
     spike=st.sampled_from([0.0, 0.02]),
     host=st.sampled_from([(0, 0, 0.0), (10, 10, 0.0), (30, 20, 0.01), (60, 40, 0.03)]),
     follow=st.booleans(),
+    restart=st.sampled_from([0.0, 0.0, 0.002]),
 )
 def test_property_bridge_client_overloaded_slow_host_exact_at_every_step(
     seed: int, point: tuple[int, int, int], loss: float, dup: float, reorder: float, spike: float,
-    host: tuple[int, int, float], follow: bool,
+    host: tuple[int, int, float], follow: bool, restart: float,
 ) -> None:  # fmt: skip
     """The bridge client (DeviceClient) against a device far faster than it (the ring turning over
     within a round trip at the top rates), over a link that loses, duplicates, reorders and delays
     (late answers), with a host slow per frame, per event and in stalls of up to 20 ms (a loaded
-    machine, the store writer): after every frame the host reads, every offset the device made up to
-    the client's n is stored once or in one loss row (check_client); drained at the end, nothing
-    pending (lossy_sim.drain_and_account)."""
+    machine, the store writer), and device restarts (a new boot every ~0.5 s of 20 us steps in a
+    third of the examples): after every frame the host reads, every offset of the device's boot up
+    to the client's n is stored once or in one loss row (check_client), and a boot that ends is
+    exact when it ends; drained at the end, nothing pending (lossy_sim.drain_and_account)."""
     size, ring, rate = point
     host_us, host_ev_us, stall = host
     lossy_sim.run(size, ring, rate, loss, seed=seed, window=0.03, dup=dup, reorder=reorder, spike=spike,
                   host_us=host_us, host_ev_us=host_ev_us, stall=stall, stall_ms=20, follow=follow,
-                  check_every=1)  # fmt: skip
+                  restart=restart, check_every=1)  # fmt: skip

@@ -707,3 +707,29 @@ def test_protocol_md_carries_the_state_table() -> None:
     """docs/protocol.md 6.1 has poll_states.markdown() verbatim: the document and the code agree."""
     doc = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
     assert ps.markdown() in doc
+
+
+def test_a_late_answer_of_the_boot_before_is_not_a_restart_back() -> None:
+    """A POLL sent twice (the bridge's copies) reaches the device on both sides of a restart: the
+    new boot's RECOVERY comes first (a restart), the old boot's answer to the same tag after it. A
+    boot once left is never current again: that answer is stale, not a second restart back to the
+    old epoch (which would take the new boot's range for a restart's unknown loss: the events
+    between counted nowhere)."""
+    old = Device(capacity=8, start=1000, epoch=11)
+    old.emit(3)
+    cl = c.PollClient()
+    for _ in range(3):
+        exchange(cl, old)  # HELLO, first contact, events
+    assert (cl.epoch, cl.n) == (11, 1002)
+    old.emit(20)  # the old boot overruns: its answer to the next POLL is a RECOVERY
+    req = cl.next_request()
+    late = old.answer(req)
+    new = Device(capacity=8, start=5000, epoch=22)  # the device restarted: the copy reaches the new boot
+    new.emit(3)
+    kind, loss = cl.on_frame(new.answer(req))
+    assert kind == c.RECOVER and loss.cause == c.RESTART and cl.epoch == 22
+    assert late.type == wire.RECOVERY and late.message_id == cl.tag
+    assert cl.on_frame(late) == (c.STALE, None)  # the old boot's, same tag: not a restart back
+    assert (cl.epoch, cl.restarts, cl.n) == (22, 1, 4999)
+    kind, evs = exchange(cl, new)
+    assert kind == c.EVENTS and [o for o, _, _ in evs] == [5000, 5001, 5002]
