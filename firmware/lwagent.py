@@ -15,7 +15,7 @@
 #            sendto() slice a memoryview (~32 B): per datagram, not per event.
 #   control  SUBSCRIBE, report build / post / ACK, NOTIFY fragments (Frame objects, kept after
 #            sending for the identical resend), health (gc.collect), exceptions.
-#   auth     with a key (issue 6), every frame received is verified and every frame sent is
+#   auth     with a key, every frame received is verified and every frame sent is
 #            signed: the HMAC allocates per frame (auth.py: two sha256 objects and digests), never
 #            per event; emit() stays 0 B.
 #
@@ -38,7 +38,7 @@ import time
 # StreamDecoder.scan and what they call) takes it from the GC heap and
 # frees it on return unless the heap is locked, when it goes on the C stack instead. Net 0 bytes
 # either way, but the heap search costs: on the emulated Pico (rp2, 246 KB heap) a ring write
-# took 64,145 cycles unlocked against 11,444 locked (bench/pico_bench.py, docs/benchmarks.md).
+# took 64,145 cycles unlocked against 11,444 locked (bench/pico_bench.py, docs/design/board-hot-path.md).
 # The calls in between are proven 0-byte (tests), and the lock is released in `finally`.
 from micropython import const, heap_lock, heap_unlock
 
@@ -552,7 +552,7 @@ def start(b, board):
     # authentication with a key, the agent on lwboot's (settings, ring, sensors, links, tasks),
     # its tasks started; returns the agent (asyncio.run(agent.io()) serves the links)
     k, ring, sensors, links, tasks = b
-    if k[_KEY]:  # a key (issue 6): auth.py and an endpoint per link, where the boot code was
+    if k[_KEY]:  # a key: auth.py and an endpoint per link, where the boot code was
         import lwauth
 
         lwauth.setup(k, ring, links)  # (it deletes itself: boot only)

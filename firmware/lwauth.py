@@ -1,4 +1,4 @@
-# The agent's side of authentication (issue 6), loaded by main.py only when config.json has a key
+# The agent's side of authentication, loaded by main.py only when config.json has a key
 # (lwboot checks it and sizes the buffers; this runs after lwboot is unloaded: at 64K the heap
 # has no room for auth.py and the boot code at once).
 #

@@ -109,7 +109,7 @@ SPEC = (
     "|1 10 16 2 2 12"  # default sensors
     "|starting again on safe defaults (links, id and wlan kept from config.json)"  # after a failure
     "|starting again on safe defaults without config.json|giving up"
-    '|authentication needs "key" (32..128 hex digits) or "auth": false'  # issue 6
+    '|authentication needs "key" (32..128 hex digits) or "auth": false'  # no key, no "auth": false
     "|wdt 0 0 8388"  # the watchdog's timeout in ms (0: off; 8388: rp2's longest)
     "|127.0.0.1 0.0.0.0"  # a UDP link's bind address: a virtual board's, a board's
 )

@@ -1,4 +1,4 @@
-"""A small host-side client for boards with authentication on (issue 6): the host's end of the link
+"""A small host-side client for boards with authentication on: the host's end of the link
 is an auth_host.HostEndpoint(key) from the core, frames go over the HIL links (UDP or serial)
 as bytes. Not the bridge: the tests see every signed byte, and can resend, forge or hold frames.
 """

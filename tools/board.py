@@ -19,9 +19,9 @@ From Python (the bridge, the HIL suite):
         b.address            # ("127.0.0.1", 40123)
         b.restart()          # power cut + power on
 
-Authentication (issue 6): start_board(key=...) decides what the board's config.json says:
+Authentication: start_board(key=...) decides what the board's config.json says:
   key=None     the config's own "key" / "auth" if it has either (as given: the board checks them),
-               else `"auth": false` written explicitly (an unsigned board, as before issue 6)
+               else `"auth": false` written explicitly (an unsigned board)
   key="auto"   a random 32-byte key (os.urandom), written as "key": "<64 hex digits>"
   key="<hex>"  that key (32..128 hex digits), written as "key"
   key=False    neither key nor auth (an unprovisioned board: it says so and answers nothing)
@@ -440,7 +440,7 @@ def start_board(
     raise BoardError("no free UDP port")  # pragma: no cover
 
 
-# -- the emulated Raspberry Pi Pico (issue 13) --------------------------------------------------
+# -- the emulated Raspberry Pi Pico ---------------------------------------------------------------
 
 PICO_DIR = Path(__file__).resolve().parent / "pico"  # the Node harness (tools/pico/pico.mjs)
 PICO_CACHE = Path.home() / ".cache" / "leadwire" / "firmware"

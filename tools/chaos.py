@@ -1,4 +1,4 @@
-"""The chaos run (issue 6): virtual boards through netem, boards and the bridge killed at random, and a
+"""The chaos run: virtual boards through netem, boards and the bridge killed at random, and a
 checker that accounts for every event the boards generated.
 
 The run (:func:`run`):

@@ -11,7 +11,7 @@ The board kind: without --board, the kind the board says it is (sys.platform); -
 --config is checked against the firmware's settings (tools/board_config.py) before anything is
 written: an unknown key or a wrong type is one line naming it.
 
-Authentication (issue 6): the board's config.json gets the choice, one of
+Authentication: the board's config.json gets the choice, one of
   --key HEX    that key (32..128 hex digits)
   --new-key    a random 32-byte key; the bridge config line (`key = "..."`) is printed once to
                stdout: it is the operator's secret, shown nowhere else
@@ -26,7 +26,7 @@ Boards: esp32 (mpy-cross -march=xtensawin), rp2 (armv6m), unix (x64: a virtual b
 
 Before building, the board is asked (one mpremote exec) for sys.platform, its MicroPython version and
 sys.implementation._mpy (the .mpy version, native sub-version and native architecture it loads); they
-are shown, and the build follows them (issue 14):
+are shown, and the build follows them:
   - platform not the --board kind, MicroPython older than 1.22, or an .mpy version this mpy-cross
     does not emit: refused, one line, nothing copied;
   - native code for the board's own architecture (an ESP32-C3/C6 says rv32imc, not xtensawin);

@@ -1,4 +1,4 @@
-"""The emulated Raspberry Pi Pico as a HIL board kind (issue 13): the official MicroPython v1.26.1
+"""The emulated Raspberry Pi Pico as a HIL board kind: the official MicroPython v1.26.1
 RPI_PICO firmware on rp2040js (`leadwire board --kind pico`), flashed once per test session with
 `leadwire flash --board rp2` over its USB REPL as a real Pico would be, serving the agent on UART0.
 

@@ -15,10 +15,9 @@ core's ``EventRing`` on a virtual store (the ring is advanced to the events gene
 poll arrives, and only the events the answer carries are written: checked byte for byte against
 ``SimCore`` in tests/bridge/test_simdevice.py), the generation time of event i fixed in advance
 (t0 + i / rate), served by one epoll loop over all the devices' sockets. No push sessions, no faults.
-Its CPU per poll against the hand-packed answers it replaced (one struct call per answer), measured
-side by side in one process at load 11 on 2026-11-24: 1.1x for answers of 1 event, 1.3x of 10,
-2.2x of 100 (3.9 us per event) -- a small share of the bridge's own cost per event, for one ring
-server instead of two.
+Its CPU per poll against answers packed by hand (one struct call per answer), side by side in one
+process: 1.1x for answers of 1 event, 1.3x of 10, 2.2x of 100 (3.9 us per event) -- a small share
+of the bridge's own cost per event, for one ring server instead of two.
 
     python -m leadwire.tools.simdevice --devices 10 --rate 100          # prints one JSON line, runs
     python -m leadwire.tools.simdevice --fast --devices 1000 --rate 20  # the light simulator
@@ -73,7 +72,7 @@ class SimCore:
         key: bytes | None = None,
     ) -> None:
         self.index = index
-        self.key = key  # authentication (issue 6): every frame signed and checked; None: auth off
+        self.key = key  # authentication: every frame signed and checked; None: auth off
         self.auth: auth.Endpoint | None = None
         self.refused = 0  # signed frames refused with auth off
         self.capacity = capacity

@@ -10,7 +10,7 @@ Spec 004 itself (the offset n, matching answers to requests by tag, the recovery
 vs restart vs first contact and the exact loss count) is the core's ``leadwire.client.PollClient``;
 this class wraps it with what the bridge adds: lead (spec 000) and duplicate flags for every
 arrival, push sessions (spec 003), adaptive polling, periodic HELLO, counters and the rows to store.
-The client table it follows (docs/protocol.md, "Polling with offsets"):
+The client table it follows (docs/protocol.md 6.1, "States"):
 
 ======================  ===========================================================================
 answer to POLL(n)       what the client does

@@ -116,7 +116,7 @@ class DeviceConfig:
     subscribe: tuple[int, ...] = _setting((), "device")
     # "none" | "prefix_us": payload starts with u64 BE generation time, us
     timestamp: str = _setting("none", "device", choices=("none", "prefix_us"))
-    # authentication (issue 6): the device's key (16..64 bytes), None with `auth = false`. A secret:
+    # authentication: the device's key (16..64 bytes), None with `auth = false`. A secret:
     # kept out of repr() (and so out of every log line and error message built from a config)
     key: bytes | None = field(default=None, repr=False, compare=False)
 

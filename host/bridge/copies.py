@@ -15,7 +15,7 @@ POLL (a POLL with the tag and low half of n of the one it answered last is not a
 |   times and a quarter of the copies sent (older firmware)       |                             |
 
 Why the floor: a copy costs the bridge a send and the board a read per POLL, and pays only where
-datagrams are lost often enough (docs/benchmarks.md has the paired runs at 1% and 5%). The loss
+datagrams are lost often enough (docs/design/lossy-links.md: paired runs at 1% and 5%). The loss
 estimate: gaps, each counted once (at the n it stood at: the frames held behind one gap are one
 loss), per polling frame received, both halved every LOSS_SPAN frames.
 """

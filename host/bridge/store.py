@@ -23,7 +23,7 @@ Durability (``synchronous``, ``[store] synchronous``): with ``"full"`` (the defa
 returns only after the WAL holding it was fsynced, so the ACKs the daemon sends after
 :meth:`Store.write` returns confirm reports that survive a power loss; one fsync per commit (a
 commit is a ``commit_interval`` batch: group commit). tests/bridge/test_powercut.py proves it with
-power cuts (tools/powercut.py); ``"normal"`` is the old mode and fails that test.
+power cuts (tools/powercut.py); ``"normal"`` (fsync at checkpoints only) fails that test.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The bridge's own schema lives in store.py (written) and store_reader.py (read); 
 stores it is compared with lives here, so that no SQL is written outside host/bridge/store*:
 
     PlainEvents(path)      one events table keyed (dev, boot_epoch, offset): SQLite alone
-    Schema1(path)          schema 1 (until issue 9): an events row and an arrival row per event
+    Schema1(path)          schema 1 (store.py migrates it): an events row and an arrival row per event
     MqttEvents(path)       the MQTT peer's subscriber store: (arrival, seq, dup, data)
 
 All open WAL with synchronous=NORMAL (the bridge's settings) and write one transaction per call.

@@ -2,9 +2,9 @@
 
 Why: with the store on a thread of the bridge process, the store thread (binding parameters,
 SQLite) and the event loop (sockets, decoding, the clients) share one GIL; the live ingest profile
-showed the loop waiting for it (docs/benchmarks.md, "Bridge"). In a child process the writes run
-on their own interpreter, and the bridge's side of a commit is one ``marshal.dumps`` of the batch's
-rows (C, ~1-2 us per row) and a pipe write.
+showed the loop waiting for it (docs/design/bridge-throughput.md, "One process, one GIL"). In a
+child process the writes run on their own interpreter, and the bridge's side of a commit is one
+``marshal.dumps`` of the batch's rows (C, ~1-2 us per row) and a pipe write.
 
 Protocol over a socketpair (``multiprocessing.connection.Connection`` framing), one request at a
 time, each answered: ``W`` + marshal(batch) -> ``R`` + pickle(conflicts); ``G`` (register a list

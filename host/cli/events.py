@@ -7,7 +7,7 @@ Every arrival of an event is one row, in the order the bridge committed them (th
 first arrival with its payload, a later copy (a duplicate or late retransmission) flagged
 ``dup`` with no payload. Reads the store read-only (works while the bridge runs); ``--follow``
 prints new rows as the bridge commits them until interrupted. Anything beyond these filters is a
-query on the store (docs/bridge.md, "Reading events": sqlite3 and DuckDB examples).
+query on the store (docs/events.md, "SQL on the store", "DuckDB (or Spark) on the export").
 """
 
 from __future__ import annotations

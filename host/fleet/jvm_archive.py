@@ -4,7 +4,7 @@ A local JVM that leadwire starts itself (`leadwire fleet`, the demo's fleet job)
 loading, parsing and verifying the ~15,000 classes Spark needs before and during its first query.
 The JDK can write the classes a run loaded to an archive at exit (``-XX:ArchiveClassesAtExit``,
 JDK 13+) and map them from it at the next start (``-XX:SharedArchiveFile``): a shorter JVM start
-and first query (docs/benchmarks.md, "the JVM's class archive").
+and first query (docs/design/fleet-job.md, "What made it fast enough").
 
 The archive is a cache of this machine's JVM and Spark jars, like a .pyc: made by the first run
 into ``$XDG_CACHE_HOME/leadwire/spark-cds/`` (about 150-190 MB, 10-15 s once at that run's exit),

@@ -286,7 +286,7 @@ def decode_sample(data):
 ALARM_BAD_FRAME = 1  # value: bad frames received so far
 ALARM_PERIODIC = 2  # synthetic alarm source; value: alarms raised so far
 HEALTH_SIZE = 16
-# a board with auth on (issue 6) follows each health record with its auth rejects on the health
+# a board with auth on follows each health record with its auth rejects on the health
 # channel: forged u16, replayed u16, unsigned u16 (saturated), a record of its own (6 bytes) so
 # that it fits any ring slot (8 and up) and the 16-byte health record is unchanged
 HEALTH_AUTH_FIELDS = ("auth_forged", "auth_replayed", "auth_unsigned")

@@ -1,4 +1,4 @@
-"""Authentication (issue 6) in the bridge's client, against a SimCore with a key (in-process, exact).
+"""Authentication in the bridge's client, against a SimCore with a key (in-process, exact).
 
 The client signs every request (a HELLO with a fresh random nonce starts a session), and checks
 every frame before anything acts on it: forged, wrong-key, unsigned, replayed, old-session and

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture(scope="module", autouse=True, params=["unsigned", "signed"])
 def auth_mode(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """Every case twice: unsigned (auth = false), and signed (issue 6: a key on both ends)."""
+    """Every case twice: unsigned (auth = false), and signed (a key on both ends)."""
     helpers.DEFAULT_KEY[0] = bytes(range(32)) if request.param == "signed" else None
     yield request.param
     helpers.DEFAULT_KEY[0] = None

@@ -51,7 +51,7 @@ CASES = [
     (GOOD_DEVICE + GOOD_DEVICE.replace('"a"', '"b"'), "device[1].udp", "already used"),
     ("[bridge\n", "--config", "not valid TOML"),
     ("device = 3\n", "device", "array of tables"),
-    # authentication (issue 6): a key, a key file, or auth = false, said explicitly
+    # authentication: a key, a key file, or auth = false, said explicitly
     (UDP, "device[0].key", 'give key = "HEX", key_file = "PATH" or auth = false'),
     ('[[device]]\nserial = "/dev/ttyX"\n', "device[0].key", "missing"),
     (UDP + 'key = "%s"\n' % KEY[:-1], "device[0].key", "32..128 hex digits"),

@@ -102,7 +102,7 @@ def test_a_recovery_that_goes_on_from_n0_stores_more_with_the_same_exact_count()
     off = [run(s, 16, 0.05) for s in seeds]
     on = [run(s, 16, 0.05, follow=True) for s in seeds]
     print("off", off, "\non", on)
-    # (6 seeds: stored 21,075 -> 28,281 in the window, counted lost 14,680 -> 7,935 of 38,400)
+    # (6 seeds, off / on: stored 21,075 / 28,281 in the window, counted lost 14,680 / 7,935 of 38,400)
     assert sum(r["stored"] for r in on) > 1.25 * sum(r["stored"] for r in off)
     assert sum(r["lost"] for r in on) < 0.6 * sum(r["lost"] for r in off)
 

@@ -1,6 +1,6 @@
 """Lossy links at the bench's top rungs in virtual time (tests/bridge/lossy_sim.py: Link with a device
-that takes time to answer): the client rules of issue 18's fourth round, each against the same seeds
-without it. Every run checks the exact accounting itself (every generated event stored once or
+that takes time to answer): the client rules for overruns on a fast ring, each against the same
+seeds without it. Every run checks the exact accounting itself (every generated event stored once or
 counted lost; n past the device's newest only by the unproven events). The rules for overruns
 (skips past the turnover and past n1, held frames across an overrun, the third POLL) are tested
 with `follow=False`: a device that goes on past a RECOVERY (PollConfig.follow) needs no skip, and
@@ -202,10 +202,10 @@ def test_the_probe_is_armed_by_a_gap_not_by_a_late_answer() -> None:
 def test_a_lossy_udp_link_below_the_pipelining_rate_gets_the_probe_and_copies() -> None:
     """256 B at 5,000/s into 60 slots on a fast link (SRTT ~0.35 ms: under 4 events per round trip, no
     POLL pipelined; here pipelining off outright), 5% loss each way: the tail-loss probe and the POLL
-    copies act there too (they used to need pipelining), and the timeouts drop. On the real bench
+    copies act there too (not only with pipelining), and the timeouts drop. On the real bench
     (same point) three silent rounds in a row -- 2 + 4 + 8 ms of RTO on top of the poll interval --
     overran the 12 ms ring, 31-100 events counted lost per 5 s run; with both 0 in 6 of 6 runs
-    (docs/benchmarks.md)."""
+    (docs/design/lossy-links.md)."""
 
     def runs(**tuning: Any) -> list[dict[str, Any]]:
         return [run(256, 60, 5000, 0.05, seed=s, window=0.5, owd=0.00015, jitter=0.00005, pipeline=False,

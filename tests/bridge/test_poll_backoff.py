@@ -1,11 +1,11 @@
 """The dead-link backoff after silent rounds: it waits for silence, not for a count of timeouts.
 
 A lost POLL or answer costs its RTO, doubled by each timeout in a row (rtt.py). On top of that the
-bridge spares a dead link a bounded exponential backoff from ``timeout / 2``. It used to start at the
-third silent round in a row whatever the RTO: with the 2 ms floor of a fast link, three timeouts in a
-row (about once per thousand round trips at 5% loss each way) were 14 ms of silence, then 125 ms
-idle, and a ring that holds less than that overran. Now it starts once the silent rounds' RTOs add
-up to ``timeout / 2`` (PollConfig.dead_silence); with the default floor (0.1 s) that is still the third round.
+bridge spares a dead link a bounded exponential backoff from ``timeout / 2``. It starts once the
+silent rounds' RTOs add up to ``timeout / 2`` (PollConfig.dead_silence); with the default floor
+(0.1 s) that is the third round. Not at the third silent round whatever the RTO: with the 2 ms
+floor of a fast link, three timeouts in a row (about once per thousand round trips at 5% loss each
+way) are 14 ms of silence, and 125 ms idle after them overruns a ring that holds less than that.
 """
 
 from __future__ import annotations
@@ -102,11 +102,12 @@ def lossy_run(seed: int, ms: int = 4000, **tuning: float) -> dict[str, int]:
 
 
 def test_lossy_link_below_the_ring_loses_nothing() -> None:
-    """Same seeds, the backoff from the third round (dead_silence 0: the rule before): three
+    """Same seeds, the backoff from the third silent round (dead_silence 0) against waiting for
+    silence (the default): three
     timeouts in a row come in about half the runs, and where they came while the ring was filling
     the 125 ms idle after them (twice what the ring holds) lost events."""
-    # the dead-link rule alone: no tail-loss probe and no POLL copies (which since 2026-11-26 act at
-    # every rate over UDP and make three silent rounds in a row rarer than the rule needs shown)
+    # the dead-link rule alone: no tail-loss probe and no POLL copies (which act at every rate over
+    # UDP and make three silent rounds in a row rarer than the rule needs shown)
     seeds = range(8)
     now = [lossy_run(s, probe_recent=0) for s in seeds]
     before = [lossy_run(s, probe_recent=0, dead_silence=0.0) for s in seeds]

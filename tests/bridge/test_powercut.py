@@ -1,4 +1,4 @@
-"""Host power cuts (issue 16): no report the device saw ACKed is lost, no event lost silently.
+"""Host power cuts: no report the device saw ACKed is lost, no event lost silently.
 
 The bridge runs in this process with its store writer in a child process that preloads the
 power-cut shim (tools/powercut.py): every write the writer makes to the store files is undoable
@@ -22,7 +22,7 @@ At the end the devices stop generating, the bridge drains them and stops, and th
   corruption, no phantom);
 * no report and no event is stored twice.
 
-``make test`` runs POWERCUT_CUTS cuts (default 200). The long run and the old mode:
+``make test`` runs POWERCUT_CUTS cuts (default 200). The long run and ``"normal"``:
 
     LEADWIRE_POWERCUT_CUTS=2000 .venv/bin/pytest -q tests/bridge/test_powercut.py -k durable -s
     LEADWIRE_POWERCUT_SYNC=normal .venv/bin/pytest -q tests/bridge/test_powercut.py -k durable -s
@@ -330,7 +330,7 @@ def test_durable_acks_survive_power_cuts(tmp_path: Path, monkeypatch: pytest.Mon
 
 @needs_cc
 def test_old_mode_loses_acked_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same cuts against synchronous = "normal" (the default before issue 16): reports the
+    """The same cuts against synchronous = "normal" (fsync at checkpoints only): reports the
     devices saw ACKed are gone from the store. Proves the check above can fail."""
     res = _run(tmp_path, 12, "normal", monkeypatch)
     print("\npower cuts, synchronous = normal: %s" % res.figures())

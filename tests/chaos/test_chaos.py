@@ -1,4 +1,4 @@
-"""The short chaos run (issue 6): 3 virtual boards (UDP, serial, UDP with a small ring), every frame
+"""The short chaos run: 3 virtual boards (UDP, serial, UDP with a small ring), every frame
 signed with a per-board key, through netem at 10% loss, 5% duplication, 5% reordering, 1% corruption;
 2 board power cuts and 2 bridge SIGKILLs at seeded random times; every generated event accounted for
 against the boards' own records."""

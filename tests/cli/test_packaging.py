@@ -35,7 +35,7 @@ def test_wheel_holds_core_host_and_tools_under_one_namespace(tmp_path: Path) -> 
         "leadwire/bridge/__init__.py",  # host/bridge
         "leadwire/fleet/__init__.py",  # host/fleet
         "leadwire/tools/__init__.py",  # tools/
-        "leadwire/firmware/main.py",  # firmware/ (issue 14: `leadwire flash` / `board` from a wheel)
+        "leadwire/firmware/main.py",  # firmware/ (`leadwire flash` / `board` from a wheel)
         "leadwire/firmware/boards/rp2.py",
     ]:
         assert module in names, module
@@ -48,7 +48,7 @@ def test_wheel_holds_core_host_and_tools_under_one_namespace(tmp_path: Path) -> 
 @pytest.mark.micropython
 @pytest.mark.timeout(180)
 def test_a_virtual_board_runs_from_the_installed_wheel(tmp_path: Path) -> None:
-    """Issue 14: `pip wheel .`, installed into a fresh venv (no deps downloaded: the project venv's
+    """`pip wheel .`, installed into a fresh venv (no deps downloaded: the project venv's
     site-packages is on its path for them), then `leadwire board` from that venv compiles the
     firmware shipped in the wheel and answers HELLO and POLL over UDP."""
     import json

@@ -123,7 +123,7 @@ def test_every_worked_example_is_what_the_core_makes_byte_for_byte() -> None:
 
 def test_the_examples_say_what_they_show() -> None:
     ex = {k: v[0] for k, v in examples().items()}
-    # point 1 of issue 16: the EVENTS example answers POLL(0xFFFFFFFE); POLL(0xFFFFFFFF) starts at 0
+    # the EVENTS example answers POLL(0xFFFFFFFE): POLL(0xFFFFFFFF) would start at 0, not at the wrap
     f = codec.decode(ex["events"])
     assert f.seq == 0xFFFFFFFF and messages.decode_records(f.payload) == (0, [(1, b"\x01\x02"), (2, b"hi")])
     assert codec.decode(ex["events_after_wrap"]).seq == 0

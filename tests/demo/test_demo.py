@@ -61,7 +61,7 @@ def leftovers(out: Path) -> list[str]:
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(480)  # 293 s measured at load 7-8 (2026-11-22): mostly Spark and start-up
+@pytest.mark.timeout(480)  # ~300 s at load 7-8, mostly Spark and start-up: room for a loaded machine
 def test_demo_end_to_end_every_check_passes(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     if shutil.which("java") is None:
         pytest.skip("Java is missing: the Spark stage needs Java 17")

@@ -1,5 +1,5 @@
 # Runs on the MicroPython unix port from a built board directory: what authentication costs the
-# agent per frame (issue 6). Usage: micropython -X heapsize=128K -m auth_runner [ROUNDS]
+# agent per frame. Usage: micropython -X heapsize=128K -m auth_runner [ROUNDS]
 # Prints "ok NAME" / "FAIL NAME: why" for the 0-byte checks and "cost NAME BYTES US" per frame:
 # heap bytes allocated (gc.mem_alloc delta, collector off) and CPU microseconds (ticks_us, the
 # mean over ROUNDS), for the same work unsigned (a link with auth off) and signed, side by side.

@@ -1,4 +1,4 @@
-"""Authentication on real virtual boards (issue 6): the firmware on MicroPython, driven by a small
+"""Authentication on real virtual boards: the firmware on MicroPython, driven by a small
 CPython client whose end of the link is the core's auth_host.HostEndpoint(key) (tools/authclient.py).
 
 Host -> device: forged, wrong-key, unsigned, replayed (poll, SUBSCRIBE, ACK: the same bytes sent

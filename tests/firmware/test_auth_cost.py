@@ -1,4 +1,4 @@
-"""What authentication costs the board (issue 6), measured on the MicroPython unix port:
+"""What authentication costs the board, measured on the MicroPython unix port:
 
 - the per-event path stays 0 bytes with a key configured; a signed frame allocates per frame (the
   HMAC: auth.py), bounded here; its CPU cost is printed next to the unsigned frame's, same run;

@@ -1,4 +1,4 @@
-"""Default UART pins per UART (issue 14, point 7), on CPython with a fake `machine` that records
+"""Default UART pins per UART, on CPython with a fake `machine` that records
 what boards/rp2.py and boards/esp32.py ask for: a Pico W's UART1 is not on GP0/GP1 (UART0's
 only pins), an ESP32's default UART2 is not on GPIO16/17 (the PSRAM's on WROVER modules)."""
 
@@ -70,7 +70,7 @@ def test_esp32_ring_check_leaves_wifi_its_idf_ram(
     monkeypatch: pytest.MonkeyPatch, largest: int, expected: int
 ) -> None:
     # gc.mem_free() 150,000 counts the largest free IDF block; 40 KB of it (or all, if smaller)
-    # is left to Wi-Fi and lwIP (issue 14, point 6)
+    # is left to Wi-Fi and lwIP
     b, _ = board("esp32", monkeypatch)
     e = types.ModuleType("esp32")
     e.HEAP_DATA = 4  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""Boot fallbacks (issue 3): a bad config gives one clear console line and safe defaults, never a
+"""Boot fallbacks: a bad config gives one clear console line and safe defaults, never a
 crash loop; a retry after a failure reads no file again and finds its ports free; a board with no
 link never says it is ready, and the launcher reports it as a failure."""
 

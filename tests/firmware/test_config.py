@@ -36,7 +36,7 @@ def test_bad_values_fall_back_to_defaults(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", ""])
 def test_broken_or_missing_file_is_not_ready_without_a_key(tmp_path: Path, content: str) -> None:
-    # safe defaults include authentication (issue 6): with no file to say "auth": false or give a
+    # safe defaults include authentication: with no file to say "auth": false or give a
     # key, the board names the problem and is not ready (nothing unauthenticated may reach it)
     with start_board("udp", board_dir=tmp_path) as b:
         if content:

@@ -202,7 +202,7 @@ def test_mip_install_of_the_core_from_package_json(tmp_path: Path) -> None:
         assert (d / "lib" / dest).read_bytes() == (ROOT / src).read_bytes()
 
 
-# -- the board's version and chip (issue 14): a fake board answers the first mpremote step --------
+# -- the board's version and chip: a fake board answers the first mpremote step -------------------
 
 
 def _mpy(sub: int, arch: int) -> int:

@@ -1,4 +1,4 @@
-"""The health record's heap fields (h16) and the tasks record (issue 14, point 6): a heap above
+"""The health record's heap fields (h16) and the tasks record: a heap above
 64 KB (a Pico's ~190 KB, an ESP32's) is reported, not saturated at 65,535; exact below 32 KB."""
 
 from __future__ import annotations

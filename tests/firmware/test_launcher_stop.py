@@ -1,5 +1,5 @@
 """`leadwire board` stops cleanly: SIGTERM or SIGINT stops the board and the launcher exits 0 within a
-second, saying nothing of an error (issue 16 point 15), for every kind; the JSON line names the UDP
+second, saying nothing of an error, for every kind; the JSON line names the UDP
 port as `udp_port`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The firmware's records and frame sizes are defined once (issue 17, point 3).
+"""The firmware's records and frame sizes are defined once.
 
 The firmware keeps its settings, links, sensors, health counters and auth endpoints in lists
 indexed by `_NAME = const(n)` names (underscore consts cost no RAM and no qstr on a board, but

@@ -1,4 +1,4 @@
-"""A board without networking boots and serves over its UART (issue 14, point 1).
+"""A board without networking boots and serves over its UART.
 
 The board is the real firmware/boards/rp2.py on the MicroPython unix port, as a plain Pico runs it:
 no `socket` module (a socket.py that raises ImportError shadows the unix port's), no `rp2` module
@@ -87,7 +87,7 @@ def test_pico_with_an_ssid_but_no_wifi_chip_still_serves_serial(tmp_path: Path) 
 
 
 def test_partial_uart_writes_still_send_whole_frames(tmp_path: Path) -> None:
-    # issue 14, point 3: the UART takes at most 100 bytes a call and every third call nothing;
+    # a slow UART: it takes at most 100 bytes a call and every third call nothing;
     # a burst of 3 EVENTS frames of ~1 KB each arrives whole (no COBS or CRC error), and the bytes
     # the UART took are exactly the frames the host decoded, COBS-encoded with their delimiters
     d = pico_dir(tmp_path)

@@ -1,5 +1,5 @@
-"""Tasks that fail are restarted, a fatal error resets the board, the watchdog is fed (issue 14,
-point 4), and two boots never share an epoch even with a constant os.urandom (point 5).
+"""Tasks that fail are restarted, a fatal error resets the board, the watchdog is fed, and two
+boots never share an epoch even with a constant os.urandom.
 
 On the MicroPython unix port: a board whose ring refuses one batch of samples with a MemoryError
 (tests/firmware/flaky_board.py), and the Pico of test_serial_only (boards/rp2.py with a fake

@@ -1,4 +1,4 @@
-"""wlan.keep on CPython with fakes of `network` and `asyncio` (issue 14, point 4): it re-joins
+"""wlan.keep on CPython with fakes of `network` and `asyncio`: it re-joins
 only when the station is neither connected nor connecting, backs off while it fails, survives
 ESP32's "Wifi Internal Error", and counts any other failure in the agent's health list."""
 

@@ -93,9 +93,9 @@ def _device(device_id: str, unique: int, lost: int, **kw: Any) -> dict[str, Any]
 
 
 # Three devices whose orders by loss rate, by gaps and by name all differ; "dev-10" after "dev-2"
-# only in a natural sort. Gaps: 2,000 + 200 + 32 = 2,232; lost in overruns 2,623 (the numbers of
-# issue 15's example): 2,200 events in gaps, so 423 were lost before a boot's first stored event,
-# and 32 reports never arrived inside their sessions.
+# only in a natural sort. Gaps: 2,000 + 200 + 32 = 2,232; lost in overruns 2,623: 2,200 events
+# in gaps, so 423 were lost before a boot's first stored event, and 32 reports never arrived
+# inside their sessions.
 DEVICES = [
     _device("dev-1", 50_000, 2_000, events_lost_exact=2_423, overruns=5, restarts=1, duplicates=300),
     _device("dev-2", 1_000, 200, events_lost_exact=200, overruns=2, transports="serial", late=20),

@@ -1,7 +1,7 @@
-"""The emulated Pico only (issue 13 point 4, issue 14 points 3 and 5), on the official MicroPython
-v1.26.1 RPI_PICO firmware: the core's checks on the rp2 port (golden vectors, and 0 bytes per event
-on the hot path under heap_lock: viper native code on ARMv6-M, 31-bit small ints); frames longer
-than the UART driver's 256-byte ring arrive whole over UART0; two boots never share an epoch or a
+"""The emulated Pico only, on the official MicroPython v1.26.1 RPI_PICO firmware: the core's
+checks on the rp2 port (golden vectors, and 0 bytes per event on the hot path under heap_lock:
+viper native code on ARMv6-M, 31-bit small ints); frames longer than the UART driver's 256-byte
+ring arrive whole over UART0; two boots never share an epoch or a
 ring start (the ring oscillator's random bit is real entropy in the emulator)."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_core_checks_on_rp2(pico_board: PicoBoard, tmp_path: Path) -> None:
 
 
 def test_frames_longer_than_the_uart_ring_arrive_whole(open_dut: Open) -> None:
-    """Issue 14.3: answers of up to 1,024 bytes, back to back over UART0 at 115,200 baud (the rp2
+    """Answers of up to 1,024 bytes, back to back over UART0 at 115,200 baud (the rp2
     UART driver's default transmit ring is 256 bytes): every frame decodes (no COBS or CRC error),
     the largest are past 256 bytes, and the offsets go on without a gap."""
     d: Dut = open_dut(
@@ -111,7 +111,7 @@ def test_frames_longer_than_the_uart_ring_arrive_whole(open_dut: Open) -> None:
 
 
 def test_two_boots_differ(open_dut: Open) -> None:
-    """Issue 14.5: a power cycle of the same board gives a new boot epoch and a new ring start (the
+    """A power cycle of the same board gives a new boot epoch and a new ring start (the
     emulated ring oscillator's random bit is real entropy; the boot counter is mixed in as well)."""
     d: Dut = open_dut("pico", sensors=[{"ch": 1, "hz": 20, "size": 16}], health={"ms": 0})
     c = d.client

@@ -62,7 +62,7 @@ def test_core_compiles_for_boards(tmp_path: Path, march: str) -> None:
 
 @pytest.mark.parametrize("refusal", ["incompatible .mpy arch", "incompatible .mpy file"])
 def test_refused_viper_mpy_falls_back_to_bytecode(mpy_lib: Path, tmp_path: Path, refusal: str) -> None:
-    """A board that refuses _viper.mpy (issue 14: RISC-V ESP32-C3 given xtensawin code; MicroPython
+    """A board that refuses _viper.mpy (a RISC-V ESP32-C3 given xtensawin code; MicroPython
     1.22, native sub-version 6.2, given 6.3) runs the bytecode twins, with the same vectors and 0 bytes."""
     import shutil
 

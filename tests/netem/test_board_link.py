@@ -86,7 +86,7 @@ def test_serial_board_through_the_pty_proxy(serial_board: VirtualBoard) -> None:
 
 @pytest.mark.timeout(60)
 def test_udp_board_with_auth_answers_a_duplicated_poll_once_and_counts_the_copy() -> None:
-    """Authentication (issue 6) under duplication: the copy of a signed POLL is a replay, refused and
+    """Authentication under duplication: the copy of a signed POLL is a replay, refused and
     counted; the board's answers, duplicated on the way back, are each taken once by the host."""
     from leadwire.tools.authclient import AuthClient
     from leadwire.tools.wireclient import UdpLink
