@@ -16,7 +16,7 @@
 # ring while the gap is filled, instead of waiting a round trip for it. The gap's answer comes under
 # the previous tag and is taken as a pipelined burst's is; if the gap POLL or its answer is lost,
 # the second answer does not fit n, is held, and the gap is asked for again (one round trip, as
-# before). `gap_ahead` counts these second POLLs.
+# without the second POLL). `gap_ahead` counts these second POLLs.
 #
 # Past the newest event (with turnover set): where the ring turns over faster than a round trip,
 # the turnover skip capped at three quarters of the held range (PollClient) lands on events already

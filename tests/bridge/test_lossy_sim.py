@@ -225,8 +225,8 @@ def test_a_lossy_udp_link_below_the_pipelining_rate_gets_the_probe_and_copies() 
 
 def test_the_slacked_turnover_stays_within_the_ring() -> None:
     """The quarter more (PollConfig.turnover_slack) goes on an estimate within the ring and keeps it there (at
-    most capacity - 1; it used to reach the ring's size and beyond); an estimate past the ring is
-    left as it is."""
+    most capacity - 1: a skip of the ring's size or more would land on n1); an estimate past the ring
+    is left as it is."""
     cl, _core, d = make_client(capacity=60, key=None)
     d.run(3)  # first contact: the HELLO told the capacity
     assert cl.capacity == 60

@@ -278,7 +278,7 @@ def test_burst_answer_carries_many_frames_in_one_round_trip() -> None:
         _, evs = cl.on_frame(f)
         got += [o for o, _, _ in evs]
     assert cl.burst_done and len(got) == 32 and got == [(0xFFFFFFF1 + i) & 0xFFFFFFFF for i in range(32)]
-    # the device stops early when it runs out: 18 left, frames of 8 -> 3 frames
+    # the device stops early when it runs out: 18 left in frames of 8 are 3 frames
     frames = dev.burst(cl.next_request(max_events=8, max_frames=10))
     assert [len(messages.decode_records(f.payload)[1]) for f in frames] == [8, 8, 2]
     for f in frames:
