@@ -43,19 +43,19 @@ TUNING_CONF = {
 STATIC_CONF = {
     # Spark keeps 100 compiled generated classes (Janino) by default; one run of this job
     # generates more than that, so with the default every run compiles them all again and the
-    # JVM JIT-compiles them again (at 250k rows more CPU than the tasks).
+    # JVM JIT-compiles them again (at 250k rows more CPU than the tasks: docs/design/fleet-job.md).
     "spark.sql.codegen.cache.maxEntries": "2000",
 }
 # Local masters (one machine, small data): adaptive query execution re-plans every stage and
-# costs more than it saves (measured side by side: bench/fleet_bench.py --conf). On a cluster it stays
-# on (Spark's default): it coalesces the 200 default shuffle partitions to what the data needs.
+# costs more than it saves (docs/design/fleet-job.md, "A small job's fixed costs"). On a cluster it
+# stays on (Spark's default): it coalesces the 200 default shuffle partitions to what the data needs.
 LOCAL_CONF = {"spark.sql.adaptive.enabled": "false"}
 # Local runs on a small export: a short job is mostly the JVM compiling Spark's code paths, and the
 # optimising JIT (C2) is the larger share of that CPU, so C1 only (TieredStopAtLevel=1) costs
-# less CPU on a small export (measured side by side: bench/fleet_bench.py --conf). Long runs want
-# C2's faster code: only below
-# SMALL_INPUT_BYTES of arrivals (~37 B a row: ~1.8M rows), and only where leadwire starts the JVM
-# itself (`leadwire fleet`, the demo): under spark-submit the launch's own options stand.
+# less CPU on a small export (docs/design/fleet-job.md, "A small job's fixed costs"). Long runs
+# want C2's faster code: only below SMALL_INPUT_BYTES of arrivals (~37 B a row: ~1.8M rows), and
+# only where leadwire starts the JVM itself (`leadwire fleet`, the demo): under spark-submit the
+# launch's own options stand.
 SMALL_INPUT_BYTES = 64 << 20
 SMALL_INPUT_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
 
