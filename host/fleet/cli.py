@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -126,22 +125,9 @@ def fleet(
         click.echo("leadwire fleet: %s" % e, err=True)
         sys.exit(2)
     click.echo(format_summary(summary))
-    _exit_for_flags(summary, fail_on_regression)
+    from leadwire.fleet.webhook import exit_for
 
-
-def _exit_for_flags(summary: dict[str, Any], fail_on_regression: bool) -> None:
-    """Exit 4 when the webhook did not take the regression flags; 3 when a release is flagged and
-    --fail-on-regression asked for it (webhook.EXIT_*)."""
-    from leadwire.fleet.webhook import EXIT_REGRESSION, EXIT_WEBHOOK_FAILED
-
-    status = summary.get("regression_status", 0)
-    if status == EXIT_WEBHOOK_FAILED:
-        click.echo(
-            "leadwire fleet: the webhook did not take the regression flags (in regressions.json)", err=True
-        )
-        sys.exit(status)
-    if status == EXIT_REGRESSION and fail_on_regression:
-        click.echo(
-            "leadwire fleet: %d regression flag(s), in regressions.json" % summary["regressions"], err=True
-        )
-        sys.exit(status)
+    flagged = exit_for(summary, fail_on_regression)
+    if flagged:
+        click.echo("leadwire fleet: %s" % flagged[1], err=True)
+        sys.exit(flagged[0])

@@ -85,6 +85,7 @@ from leadwire.fleet.session import (
     small_input_conf,
 )
 from leadwire.fleet.stages import STAGES, JobSpec, Run, daily_range, run_stages
+from leadwire.fleet.webhook import exit_for
 
 __all__ = [
     "DATED_TABLES",
@@ -239,6 +240,7 @@ def format_summary(s: dict[str, Any]) -> str:
         % (s["restarts"], s["overruns"], s["events_lost_exact"], s["recovery_phases"], s["retransmissions"]),
         "  consistency: %d lead and %d duplicate-flag mismatches with the bridge"
         % (s["lead_mismatches"], s["dup_flag_mismatches"]),
+        "  rollouts: %d regression flag(s) (regressions.json)" % s.get("regressions", 0),
         "  report: %s" % join(s["out_dir"], "index.html"),
     ]
     return "\n".join(lines)
@@ -251,6 +253,8 @@ def format_summary(s: dict[str, Any]) -> str:
 @date_options
 @click.option("--worst", type=click.IntRange(1), default=10, show_default=True)
 @click.option("--no-report", is_flag=True, help="Tables only, no index.html.")
+@click.option("--webhook", default=None, help="POST the rollout regression flags (JSON) to this URL.")
+@click.option("--fail-on-regression", is_flag=True, help="Exit 3 when a release is flagged as a regression.")
 def main(
     input_dir: str,
     out_dir: str,
@@ -264,6 +268,8 @@ def main(
     lookahead_days: int,
     worst: int,
     no_report: bool,
+    webhook: str | None,
+    fail_on_regression: bool,
 ) -> None:
     """leadwire fleet analytics, the spark-submit entry: uses the active or cluster SparkSession
     (the master comes from spark-submit)."""
@@ -285,11 +291,16 @@ def main(
             lookahead_days=lookahead_days,
             daily=daily,
             report=not no_report,
+            webhook=webhook,
         )
     except BadInput as e:
         click.echo("fleet: %s" % e, err=True)
         sys.exit(2)
     click.echo(format_summary(summary))
+    flagged = exit_for(summary, fail_on_regression)
+    if flagged:
+        click.echo("fleet: %s" % flagged[1], err=True)
+        sys.exit(flagged[0])
 
 
 if __name__ == "__main__":

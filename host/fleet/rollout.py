@@ -468,15 +468,16 @@ def rollout_tables(
     """The ROLLOUT_TABLES from the job's channel windows (window a divisor of window_seconds), the
     arrivals (transform_arrivals output, rows in range) and the boots table (all read: a boot's
     predecessor may lie before the range). `cut` (the job: computed once, lineage cut) is applied
-    to the units and the latency multiset, which every table reads."""
+    to what several tables read: the units, the latency multiset, releases and before/after."""
     cut = cut or (lambda df: df)
     units = cut(
         transform_units(cw, arrivals, transform_boot_changes(boots), window_seconds, since_us, until_us)
     )
     lat = cut(transform_latency_counts(arrivals, window_seconds))
-    releases = transform_rollout_releases(units, lat)
+    # read twice (their own table and the regressions): computed once
+    releases = cut(transform_rollout_releases(units, lat))
     moves = transform_moves(units)
-    before_after = transform_rollout_before_after(units, moves)
+    before_after = cut(transform_rollout_before_after(units, moves))
     return {
         "rollout_windows": transform_rollout_windows(units, lat),
         "rollout_releases": releases,

@@ -10,11 +10,20 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 
 from leadwire.fleet import transforms as T
+from leadwire.fleet.plan import collect_small, sort_table
 from leadwire.fleet.rollout import ROLLOUT_WINDOW_SECONDS, rollout_tables
 from leadwire.fleet.webhook import deliver
 
 if TYPE_CHECKING:
     from leadwire.fleet.stages import Run
+
+ROLLOUT_ORDER = {
+    "rollout_windows": ["firmware_version", "window_start"],
+    "rollout_releases": ["firmware_version"],
+    "rollout_cohorts": ["firmware_version", "cohort"],
+    "rollout_before_after": ["from_version", "to_version", "side"],
+    "rollout_regressions": ["firmware_version", "metric"],
+}
 
 
 def rollout_window(window_seconds: int) -> int:
@@ -41,9 +50,10 @@ def stage_rollout(run: Run) -> None:
             until,
             cut=run.cut,
         )
-        for name, df in tables.items():
-            run.collected[name] = df.toArrow()
-            run.prog.log("  %s: %d rows" % (name, run.collected[name].num_rows))
+        # one Spark job for the five (stacked), split and sorted on the driver
+        for name, t in collect_small(tables).items():
+            run.collected[name] = sort_table(t, ROLLOUT_ORDER[name])
+            run.prog.log("  %s: %d rows" % (name, t.num_rows))
 
 
 def stage_flags(run: Run) -> None:

@@ -109,6 +109,18 @@ def post_json(url: str, doc: Mapping[str, Any], timeout: float = 10.0, retries: 
     raise WebhookError("webhook %s: %s" % (url, why))
 
 
+def exit_for(summary: Mapping[str, Any], fail_on_regression: bool) -> tuple[int, str] | None:
+    """The fleet command's exit status and one-line message for a run's flags, or None (exit 0):
+    EXIT_WEBHOOK_FAILED when the webhook did not take them; EXIT_REGRESSION when a release is
+    flagged and fail_on_regression asks for it."""
+    status = summary.get("regression_status", EXIT_OK)
+    if status == EXIT_WEBHOOK_FAILED:
+        return status, "the webhook did not take the regression flags (they are in %s)" % FLAGS_FILE
+    if status == EXIT_REGRESSION and fail_on_regression:
+        return status, "%d regression flag(s), in %s" % (summary.get("regressions", 0), FLAGS_FILE)
+    return None
+
+
 def deliver(
     rows: Iterable[Mapping[str, Any]],
     out_dir: str,

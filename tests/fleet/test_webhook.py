@@ -128,14 +128,19 @@ def test_webhook_client_error_not_retried_and_no_server(tmp_path: Any) -> None:
 
 
 def test_webhook_exit_status_of_leadwire_fleet() -> None:
-    from leadwire.fleet.cli import _exit_for_flags
+    from leadwire.fleet.webhook import exit_for
 
-    _exit_for_flags({"regression_status": 3, "regressions": 1}, fail_on_regression=False)  # no exit
-    _exit_for_flags({"regression_status": 0, "regressions": 0}, fail_on_regression=True)
-    for status, fail in ((3, True), (4, False), (4, True)):
-        with pytest.raises(SystemExit) as e:
-            _exit_for_flags({"regression_status": status, "regressions": 1}, fail_on_regression=fail)
-        assert e.value.code == status
+    assert exit_for({"regression_status": 3, "regressions": 1}, fail_on_regression=False) is None
+    assert exit_for({"regression_status": 0, "regressions": 0}, fail_on_regression=True) is None
+    assert exit_for({"regression_status": 3, "regressions": 1}, True) == (
+        3,
+        "1 regression flag(s), in regressions.json",
+    )
+    for fail in (False, True):
+        assert exit_for({"regression_status": 4, "regressions": 1}, fail) == (
+            4,
+            "the webhook did not take the regression flags (they are in regressions.json)",
+        )
 
 
 @pytest.mark.timeout(420)
