@@ -506,10 +506,10 @@ class PicoBoard:
     boards. Time on the board is the emulator's: it never runs ahead of the wall clock and falls
     behind it when the CPU is busy (~0.4x); `clock()` gives the board's nanoseconds and CPU cycles.
 
-    With `wifi` ({"ssid", "key", "port"}) it is a Pico W (RPI_PICO_W image): an emulated CYW43439 and
-    an access point with that SSID and key; the board's UDP `port` is forwarded from a host port on
-    127.0.0.1 (`address`: what a bridge polls), and UDP the board sends to PICO_W_ROUTER:P reaches
-    127.0.0.1:P. `ap()` and `lease_end()` are the network's faults.
+    With `wifi` ({"ssid", "key", "port", "lease" (DHCP, s: 3600)}) it is a Pico W (RPI_PICO_W
+    image): an emulated CYW43439 and an access point with that SSID and key; the board's UDP `port`
+    is forwarded from a host port on 127.0.0.1 (`address`: what a bridge polls), and UDP the board
+    sends to PICO_W_ROUTER:P reaches 127.0.0.1:P. `ap()` and `lease_end()` are the network's faults.
     """
 
     transport = "serial"  # what the host polls: UART0 (a Pico W: UDP too, at `address`)
@@ -646,6 +646,8 @@ class PicoBoard:
                 w["key"],
                 "--udp-forward",
                 str(w.get("port", 4210)),
+                "--lease",  # DHCP lease seconds
+                str(w.get("lease", 3600)),
             ]
         with (self.dir / "emulator.log").open("ab") as err, _Spawning():
             self.proc = subprocess.Popen(

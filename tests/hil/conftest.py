@@ -196,26 +196,52 @@ class Dut:
             self.board.close()  # (the session's emulated Pico stays up for the next test)
 
 
-@pytest.fixture(scope="session")
+# An emulated board's agent keeps its emulator busy (a host core each) while it lives: the boards
+# live for this package only, the Pico W's tests come after all the others here, and the plain
+# Pico stops when the Pico W starts (never two emulators at once).
+_PICOS: list[PicoBoard] = []
+
+
+def _on_wifi(item: pytest.Item) -> bool:
+    cs = getattr(item, "callspec", None)
+    return item.path.name == "test_picow.py" or (cs is not None and cs.params.get("transport") == "pico-udp")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    ours = [i for i, it in enumerate(items) if it.path.is_relative_to(HERE)]
+    if ours:  # (a stable partition of this package's tests, in place: the rest keeps its order)
+        mine = [items[i] for i in ours]
+        for i, it in zip(
+            ours, [x for x in mine if not _on_wifi(x)] + [x for x in mine if _on_wifi(x)], strict=True
+        ):
+            items[i] = it
+
+
+@pytest.fixture(scope="package")
 def pico_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PicoBoard]:
-    """One emulated Pico for the session, flashed once with `leadwire flash --board rp2`."""
+    """One emulated Pico for the package's tests, flashed once with `leadwire flash --board rp2`."""
     why = pico_missing()
     if why:
         pytest.skip(why)
     board = flashed_pico(tmp_path_factory.mktemp("pico"), BASE_CONFIG)
+    _PICOS.append(board)
     try:
         yield board
     finally:
-        board.close()
+        if board in _PICOS:  # (not stopped already: its fds are closed once)
+            _PICOS.remove(board)
+            board.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def picow_board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PicoBoard]:
-    """One emulated Pico W for the session on its own access point, flashed once with `leadwire
-    flash --board rp2` with the suite's config and the network's SSID and key."""
+    """One emulated Pico W for the package's tests on its own access point, flashed once with
+    `leadwire flash --board rp2` with the suite's config and the network's SSID and key."""
     why = pico_missing(wifi=True)
     if why:
         pytest.skip(why)
+    while _PICOS:  # the plain Pico's tests are done (pytest_collection_modifyitems)
+        _PICOS.pop().close()
     board = flashed_pico(tmp_path_factory.mktemp("picow"), merged(BASE_CONFIG, PICO_W_WLAN), PICO_W_NET)
     try:
         yield board

@@ -267,7 +267,10 @@ export class Cyw43 {
       else this.backplaneRead(this.window + (addr & 0x7fff), out.subarray(0, size));
     } else if (fn === 2) {
       const p = this.rxq.shift();
-      if (p) out.set(p.subarray(0, Math.min(p.length, out.length)));
+      if (p) {
+        p[9] = this.credit = (this.hostSeq + 8) & 0xff; // the credit as it is now, not when queued
+        out.set(p.subarray(0, Math.min(p.length, out.length)));
+      }
       if (!this.rxq.length) this.intStatus &= ~F2_PACKET_AVAILABLE;
     }
     return out;
@@ -334,7 +337,8 @@ export class Cyw43 {
       if (this.station) this.radio.send(this.station, Uint8Array.from(frame));
     }
     // credit: the host may send while its sequence number differs from the credit; keep it 8
-    // ahead, telling it with a header-only packet when nothing else is on its way
+    // ahead, telling it with a header-only packet when nothing else is on its way (a queued
+    // packet carries the credit of the moment the host reads it)
     if (((this.credit - this.hostSeq) & 0xff) < 4 && !this.rxq.length) this.queue(CONTROL, new Uint8Array(0), 12);
   }
 
@@ -345,11 +349,10 @@ export class Cyw43 {
     const size = hlen + payload.length;
     const p = new Uint8Array(align4(size));
     const dv = new DataView(p.buffer);
-    this.credit = (this.hostSeq + 8) & 0xff;
     dv.setUint16(0, size, true);
     dv.setUint16(2, ~size & 0xffff, true);
     p[4] = this.rxSeq; this.rxSeq = (this.rxSeq + 1) & 0xff;
-    p[5] = chan; p[6] = 0; p[7] = hlen; p[8] = 0; p[9] = this.credit;
+    p[5] = chan; p[6] = 0; p[7] = hlen; p[8] = 0; // p[9], the bus credit: set when the host reads it
     p.set(payload, hlen);
     this.rxq.push(p.subarray(0, size));
     this.intStatus |= F2_PACKET_AVAILABLE;
