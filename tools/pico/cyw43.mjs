@@ -6,21 +6,17 @@
 // (wifi_ap.mjs). The radio firmware the driver downloads is kept in the emulated RAM and never run:
 // what it would do is modelled in this file.
 //
-// Where the bus is cut: at the PIO FIFOs, not the pins. The driver loads the bit counts of a
-// transaction into the state machine (pio_sm_put + `out x, 32` / `out y, 32`), DMA pushes the
-// command and data words into TXF and pulls the answer from RXF. The hooks here take those words
-// off the state machine (whose program never runs: its enable bit is kept from rp2040js) and answer
-// them at once; the TX stall flag the driver waits on after a write reads set once the words are in.
-//
-// Word order: the driver's words pass a byte-swapping DMA, so TXF holds bswap(w) of each memory word
-// w. Until the driver switches the bus to 32-bit words it writes rev16(cmd) (SWAP32 in its source),
-// and reads rev16(value). Everything below works on the driver's memory words.
+// The bus is cut at the PIO FIFOs (pio_spi.mjs), which hands this file each transaction as the
+// driver's memory words. Until the driver switches the bus to 32-bit words it writes rev16(cmd)
+// (SWAP32 in its source) and reads rev16(value).
 //
 // Host-wake: GPIO 24 is the data line during a transaction and the chip's interrupt line (active
 // high, level-triggered in MicroPython's port) otherwise: it is high while an enabled bus interrupt
 // (F2 packet available) is pending.
 
-const PIN_ON = 23, PIN_DATA = 24, PIN_CLOCK = 29;
+import { PioSpiBus } from './pio_spi.mjs';
+
+const PIN_ON = 23, PIN_DATA = 24;
 const TEST_PATTERN = 0xfeedbead;
 const RAM_SIZE = 512 * 1024;
 // F0 bus registers
@@ -41,7 +37,6 @@ const WLC_GET_RSSI = 127, WLC_GET_VAR = 262, WLC_SET_VAR = 263, WLC_SET_WSEC_PMK
 export const EV = { SET_SSID: 0, AUTH: 3, DEAUTH_IND: 6, DISASSOC: 11, LINK: 16, PSK_SUP: 46, ESCAN_RESULT: 69 };
 const SUP_KEYED = 6;
 
-const bswap = (v) => (((v & 0xff) << 24) | ((v & 0xff00) << 8) | ((v >>> 8) & 0xff00) | (v >>> 24)) >>> 0;
 const rev16 = (v) => (((v & 0x00ff00ff) << 8) | ((v >>> 8) & 0x00ff00ff)) >>> 0;
 const align4 = (n) => (n + 3) & ~3;
 
@@ -56,11 +51,15 @@ export class Cyw43 {
     this.onWake = onWake;
     this.log = log;
     this.stats = { txFrames: 0, rxFrames: 0, ioctls: 0, events: 0, transactions: 0 };
-    this.sm = null; // the gSPI state machine {pio, index, ...}, found when the driver first uses it
     this.station = null;
     this.alarm = mcu.clock.createAlarm(() => { this.alarm.scheduled = false; this.runAlarms(); });
     this.powerOn();
-    this.hookPio();
+    this.bus = new PioSpiBus(mcu, (words, rxBytes) => {
+      this.stats.transactions++;
+      const rx = this.transaction(words, rxBytes);
+      this.setIrqPin();
+      return rx;
+    });
     mcu.gpio[PIN_ON].addListener(() => {
       const on = mcu.gpio[PIN_ON].outputValue;
       if (on !== this.poweredPin) { this.poweredPin = on; if (!on) this.powerOn(); }
@@ -87,7 +86,6 @@ export class Cyw43 {
     this.pmk = null; // passphrase from WLC_SET_WSEC_PMK
     this.station = null; // the association with the AP (wifi_ap.mjs), null when not joined
     this.wantSsid = null; // the SSID the host asked for: rejoined when the AP comes back
-    this.txn = null;
     this.alarms = [];
     this.setIrqPin();
   }
@@ -105,91 +103,6 @@ export class Cyw43 {
     const now = this.mcu.clock.nanos;
     while (this.alarms.length && this.alarms[0].at <= now) this.alarms.shift().fn();
     if (this.alarms.length) this.alarm.schedule(Math.max(0, this.alarms[0].at - now));
-  }
-
-  // ---------------------------------------------------------------- the PIO side of the bus
-  hookPio() {
-    for (const pio of this.mcu.pio) {
-      const read = pio.readUint32.bind(pio), write = pio.writeUint32.bind(pio);
-      pio.readUint32 = (off) => this.pioRead(pio, off, read);
-      pio.writeUint32 = (off, v) => this.pioWrite(pio, off, v, write);
-    }
-  }
-
-  isBus(sm) { // the gSPI program's pins: side-set (clock) on 29, OUT on 24
-    return sm.sidesetBase === PIN_CLOCK && sm.outBase === PIN_DATA;
-  }
-
-  ours(pio, i) { return this.sm && this.sm.pio === pio && this.sm.index === i; }
-
-  pioRead(pio, off, read) {
-    if (this.sm && this.sm.pio === pio) {
-      const i = this.sm.index;
-      if (off === 0x000) return read(off) | (this.sm.enabled ? 1 << i : 0); // CTRL
-      if (off === 0x008) return read(off) | (this.txn && this.txn.txDone ? 1 << (24 + i) : 0); // FDEBUG: TXSTALL
-      if (off === 0x020 + 4 * i) return this.rxWord(); // RXF
-    }
-    return read(off);
-  }
-
-  /** Machine i of pio is the bus when its pins say so (set by pio_sm_set_config before it is used). */
-  claim(pio, i) {
-    if (!this.ours(pio, i) && this.isBus(pio.machines[i])) {
-      this.sm = { pio, index: i, enabled: false, fifo: [], rx: [], x: 0, y: 0, dreqRx: pio.dreqRx[i] };
-    }
-  }
-
-  pioWrite(pio, off, v, write) {
-    if (off === 0x010 || off === 0x014 || off === 0x018 || off === 0x01c) this.claim(pio, (off - 0x010) >> 2);
-    else if (off >= 0x0d8 && off <= 0x0d8 + 0x18 * 3 && (off - 0x0d8) % 0x18 === 0) this.claim(pio, (off - 0x0d8) / 0x18);
-    if (off === 0x000) { // CTRL: our machine's enable bit stays here; its program is not run
-      for (let i = 0; i < 4; i++) if (v & (1 << i)) this.claim(pio, i);
-      if (this.sm && this.sm.pio === pio) {
-        this.sm.enabled = !!(v & (1 << this.sm.index));
-        v &= ~(1 << this.sm.index);
-      }
-      return write(off, v);
-    }
-    if (this.sm && this.sm.pio === pio) {
-      const i = this.sm.index;
-      if (off === 0x010 + 4 * i) return this.txWord(v >>> 0); // TXF
-      if (off === 0x0d8 + 0x18 * i) return this.exec(v & 0xe0ff); // SMi_INSTR (side-set bits off)
-    }
-    return write(off, v);
-  }
-
-  /** An instruction forced into the state machine: the transaction's bit counts. */
-  exec(op) {
-    const sm = this.sm;
-    if (op === 0x6020) sm.x = sm.fifo.shift() ?? 0; // out x, 32: bits to send - 1
-    else if (op === 0x6040) sm.y = sm.fifo.shift() ?? 0; // out y, 32: bits to receive - 1
-    else if ((op & 0xe0e0) === 0) { // jmp <program start>: a transaction begins
-      this.txn = { txWords: (sm.x + 1) >>> 5, rxWords: sm.y ? (sm.y + 1) >>> 5 : 0, words: [], txDone: false };
-      sm.rx = [];
-      this.mcu.dma.clearDREQ(sm.dreqRx);
-      this.stats.transactions++;
-    }
-  }
-
-  txWord(v) {
-    const t = this.txn;
-    if (!t || t.txDone) { this.sm.fifo.push(v); return; } // pio_sm_put of a bit count
-    t.words.push(bswap(v));
-    if (t.words.length < t.txWords) return;
-    t.txDone = true;
-    const rx = this.transaction(t.words, t.rxWords * 4);
-    if (t.rxWords) {
-      for (let i = 0; i < t.rxWords; i++) this.sm.rx.push(bswap(rx ? rx[i] >>> 0 : 0));
-      this.mcu.dma.setDREQ(this.sm.dreqRx);
-    }
-    this.setIrqPin();
-  }
-
-  rxWord() {
-    const rx = this.sm.rx || [];
-    const v = rx.length ? rx.shift() : 0;
-    if (!rx.length) this.mcu.dma.clearDREQ(this.sm.dreqRx);
-    return v;
   }
 
   setIrqPin() {
@@ -308,13 +221,6 @@ export class Cyw43 {
     if (a + out.length <= RAM_SIZE) { out.set(this.ram.subarray(a, a + out.length)); return; }
     const v = this.regs.get(a) || 0;
     for (let i = 0; i < out.length && i < 4; i++) out[i] = (v >>> (8 * i)) & 0xff;
-  }
-
-  /** The firmware image the driver downloaded: its trailer's version line (proof it arrived). */
-  firmwareVersion() {
-    const text = Buffer.from(this.ram.subarray(0, 300 * 1024)).toString('latin1');
-    const m = /Version: [^\0]*/.exec(text);
-    return m ? m[0] : null;
   }
 
   // ---------------------------------------------------------------- SDPCM
