@@ -55,7 +55,7 @@ from leadwire import codec, framing, messages, wire
 from leadwire.tools.authclient import AuthClient
 from leadwire.tools.board import PicoBoard, pico_files, pico_missing
 from leadwire.tools.picohil import RawRepl, configure, flashed_pico
-from leadwire.tools.wireclient import Client, SerialLink
+from leadwire.tools.wireclient import Client, SerialLink, UdpLink
 
 HZ = 125_000_000  # the RPI_PICO build's clk_sys
 FRAME = 2059  # serial frame size for the goodput runs: the link's largest (wire.MAX_FRAME)
@@ -243,10 +243,11 @@ def goodput(
     return r
 
 
-def heap_auth(board: PicoBoard, seconds: float) -> dict[str, Any]:
-    """Section 3: a keyed board under load, polled by a signing client over UART0."""
+def heap_auth(board: PicoBoard, seconds: float, net: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Section 3: a keyed board under load, polled by a signing client over UART0 (`net`: a Pico
+    W's "wlan" and "udp" settings: over Wi-Fi UDP instead, bench/pico_w_bench.py)."""
     key = os.urandom(32).hex()
-    cfg = {
+    cfg: dict[str, Any] = {
         "id": "bench",
         "key": key,
         "udp": False,
@@ -255,10 +256,12 @@ def heap_auth(board: PicoBoard, seconds: float) -> dict[str, Any]:
         "report": {"bytes": 1024},
         "sensors": [{"ch": 1, "hz": 200, "size": 16}, {"ch": 2, "hz": 50, "size": 12}],
     }
-    configure(board, cfg)
+    if net:
+        cfg.update(net, serial=False)
+    configure(board, cfg, timeout=120)
     ready = [ln for ln in board.console().splitlines() if "leadwire: ready" in ln][-1]
     free_boot = int(ready.rsplit("free", 1)[1])
-    c = AuthClient(SerialLink(board.port or ""), key)
+    c = AuthClient(UdpLink(board.address) if net and board.address else SerialLink(board.port or ""), key)
     health: list[dict[str, int]] = []
     received = 0
     try:

@@ -24,22 +24,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import click
 from goodput_bench import bridge_doc, run_bridge  # bench/ is the script's directory: on sys.path
-from pico_bench import FRAME, GP_EVENT, HZ, goodput
+from pico_bench import FRAME, GP_EVENT, HZ, goodput, heap_auth
 
-from leadwire import messages, wire
-from leadwire.tools.authclient import AuthClient
 from leadwire.tools.board import PICO_W_KEY, PICO_W_SSID, PicoBoard, pico_files, pico_missing
 from leadwire.tools.picohil import configure, flashed_pico
-from leadwire.tools.wireclient import UdpLink
 
 UDP_FRAME = 1472  # the largest UDP frame the agent takes (one Ethernet MTU)
 UDP_OFFER = 6000  # events/s the sensor offers over Wi-Fi: more than the board's CPU answers
@@ -89,59 +84,6 @@ def udp_goodput(board: PicoBoard, tmp: Path, warmup: float, seconds: float, hz: 
         "failed": res["failed"],
     }
     log("pico_w_bench: udp: %s" % json.dumps({k: r[k] for k in ("stored", "events_per_s", "busy")}))
-    return r
-
-
-def heap_wifi_auth(board: PicoBoard, seconds: float) -> dict[str, Any]:
-    """Section 3: a keyed board with Wi-Fi up under load, polled by a signing client over UDP."""
-    key = os.urandom(32).hex()
-    udp = UdpLink(("127.0.0.1", 0))
-    cfg = {
-        "id": "bench",
-        "key": key,
-        "serial": False,
-        "udp": {"port": NET["port"], "frame": 256},
-        "wlan": WLAN,
-        "health": {"ch": 8, "ms": 500},
-        "report": {"bytes": 1024},
-        "sensors": [{"ch": 1, "hz": 200, "size": 16}, {"ch": 2, "hz": 50, "size": 12}],
-    }
-    configure(board, cfg, timeout=120)
-    ready = [ln for ln in board.console().splitlines() if "leadwire: ready" in ln][-1]
-    free_boot = int(ready.rsplit("free", 1)[1])
-    assert board.address is not None
-    udp.address = board.address
-    c = AuthClient(udp, key)
-    health: list[dict[str, int]] = []
-    received = 0
-    try:
-        c.handshake(12.0)
-        f = c.poll(0)
-        n = messages.decode_recovery(f)[0] - 1 if f.type == wire.RECOVERY else 0
-        t0 = board.clock()["nanos"]
-        while board.clock()["nanos"] - t0 < seconds * 1e9:
-            f = c.poll(n, 255, 240)
-            if f.type == wire.EVENTS:
-                _, recs = messages.decode_records(f.payload)
-                n = (f.seq + len(recs) - 1) & 0xFFFFFFFF
-                received += len(recs)
-                health += [
-                    messages.decode_health(d) for ch, d in recs if ch == 8 and len(d) == messages.HEALTH_SIZE
-                ]
-            elif f.type == wire.RECOVERY:
-                n = messages.decode_recovery(f)[0]
-            else:
-                time.sleep(0.01)
-    finally:
-        c.close()
-    r = {
-        "free_after_boot": free_boot,
-        "received": received,
-        "health": len(health),
-        "heap_free_min": min(h["heap_free"] for h in health) if health else None,
-        "low_water": min(h["heap_min"] for h in health) if health else None,
-    }
-    log("pico_w_bench: heap, Wi-Fi up, auth on: %s" % json.dumps(r))
     return r
 
 
@@ -200,7 +142,9 @@ def main(seconds: float, as_json: bool) -> None:
                 "link": "uart0",
                 "events_per_s": uart_raw["stored"] / uart_raw["board_s"],
             }
-            heap = heap_wifi_auth(board, min(seconds, 10.0))
+            heap = heap_auth(
+                board, min(seconds, 10.0), {"wlan": WLAN, "udp": {"port": NET["port"], "frame": 256}}
+            )
         finally:
             board.close()
     out = {

@@ -736,28 +736,26 @@ class PicoBoard:
         """Pico W: every DHCP lease ends (the next renewal is refused); the event number before."""
         return self._command("lease-end")
 
-    def wifi_stats(self, timeout: float = 10.0) -> dict[str, Any]:
-        """Pico W: the access point's and the chip's counters."""
-        n = self._command("wifi")
-        ev = self._wait_event(lambda e: e.get("event") == "wifi-stats", timeout, n)
-        if ev is None:
-            raise BoardError("the emulated Pico W does not answer")
-        return ev
-
-    def clock(self, timeout: float = 10.0) -> dict[str, Any]:
-        """The board's clock: {"nanos": emulated ns since power-on, "cycles": CPU cycles, ...}."""
-        n = self._command("clock")
-        ev = self._wait_event(lambda e: e.get("event") == "clock", timeout, n)
+    def _ask(self, cmd: str, answer: str, timeout: float) -> dict[str, Any]:
+        """Send the emulator `cmd`; its answer, the next event named `answer`."""
+        n = self._command(cmd)
+        ev = self._wait_event(lambda e: e.get("event") == answer, timeout, n)
         if ev is None:
             raise BoardError("the emulated Pico does not answer")
         return ev
+
+    def wifi_stats(self, timeout: float = 10.0) -> dict[str, Any]:
+        """Pico W: the access point's and the chip's counters."""
+        return self._ask("wifi", "wifi-stats", timeout)
+
+    def clock(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The board's clock: {"nanos": emulated ns since power-on, "cycles": CPU cycles, ...}."""
+        return self._ask("clock", "clock", timeout)
 
     def adc(self, channel: int, values: list[int], timeout: float = 10.0) -> None:
         """The next reads of ADC `channel` (0..4; 4: the temperature sensor) give these 12-bit
         values in order, then the last one for good."""
-        n = self._command("adc %d %s" % (channel, " ".join(str(v) for v in values)))
-        if self._wait_event(lambda e: e.get("event") == "adc", timeout, n) is None:
-            raise BoardError("the emulated Pico does not answer")
+        self._ask("adc %d %s" % (channel, " ".join(str(v) for v in values)), "adc", timeout)
 
     def power_off(self) -> None:
         """Stop the emulator (its filesystem image is saved first; SIGKILL after 1 s)."""
