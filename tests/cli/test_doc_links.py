@@ -198,7 +198,7 @@ def test_cited_sections_are_found(tmp_path: Path) -> None:
 
 
 def test_every_cited_section_exists() -> None:
-    files = tracked(*CITED_FILES)
+    files = [p for p in tracked(*CITED_FILES) if p != Path(__file__).resolve()]  # not its own examples
     assert sum(len(cited_sections(p)) for p in files) > 20
     problems = [line for p in files for line in stale_citations(p)]
     assert problems == []
