@@ -54,7 +54,8 @@ PICO_LONG = {
 }
 BASE_CONFIG: dict[str, Any] = json.loads((HERE / "board_config.json").read_text())
 # the emulated Pico W's network, and the config it is flashed with (the suite's, joining it)
-PICO_W_NET = {"ssid": PICO_W_SSID, "key": PICO_W_KEY, "port": BASE_CONFIG["udp"]["port"]}
+# (leases of 30 s: the board renews every 15 s of its time, during the tests as a real one would)
+PICO_W_NET = {"ssid": PICO_W_SSID, "key": PICO_W_KEY, "port": BASE_CONFIG["udp"]["port"], "lease": 30}
 PICO_W_WLAN = {"wlan": {"ssid": PICO_W_SSID, "key": PICO_W_KEY}}
 
 

@@ -108,6 +108,27 @@ def test_access_point_lost_for_10_s(open_dut: Open) -> None:
     assert console.count("wlan: no link") == console.count("wlan: link up") == 1
 
 
+def test_dhcp_lease_ends(open_dut: Open) -> None:
+    # the access point ends every lease: the board's next renewal (at half its 30 s lease) is
+    # refused, lwIP starts DHCP over and gets its address back; the agent never restarts
+    d = open_dut("pico-udp")
+    b, c = d.board, d.client
+    assert isinstance(b, PicoBoard)
+    h0 = c.hello()
+    start = b.lease_end()
+    assert b.wait_wlan("dhcp-nak", 120, start) is not None
+    ack = b.wait_wlan("dhcp-ack", 60, start)
+    assert ack is not None and ack["ip"] == "192.168.4.16"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            h1 = c.hello()
+            break
+        except TimeoutError:
+            assert time.monotonic() < deadline, "no answer after the new lease"
+    assert (h1.boot_epoch, h1.boots) == (h0.boot_epoch, h0.boots)
+
+
 def test_burst_of_32_frames_over_wifi(open_dut: Open) -> None:
     # 32 answer datagrams back to back through lwIP (pbufs, the driver's one SPI buffer): each
     # either arrives or is counted in the health record's `dropped`; the agent goes on either way
@@ -133,7 +154,8 @@ def test_signed_frames_over_wifi(picow_board: PicoBoard) -> None:
     key = secrets.token_hex(16)
     udp = UdpLink(("127.0.0.1", 0))
     host = "%s:%d" % (PICO_W_ROUTER, udp.sock.getsockname()[1])
-    signed = {"udp": {"host": host}, "key": key, "auth": True}
+    # (a slow ring: records() reads from the oldest event, which must still be there when asked)
+    signed = {"udp": {"host": host}, "key": key, "auth": True, "sensors": [{"ch": 1, "hz": 20, "size": 16}]}
     configure(b, merged(BASE_CONFIG, merged(PICO_W_WLAN, signed)), timeout=120)
     assert "auth on" in b.console()
     assert b.address is not None
