@@ -20,7 +20,7 @@ Phases (one run, one machine):
    events; the bridge polls them (adaptive, up to 2,047-byte answers = 30 events) and commits.
    Events committed per second, p50/p99 of (commit time - generation time carried in each event),
    the CPU of the bridge process and of the simulator process.
-4. Fleet at a fixed rate (bench/fleet_shards.py): 1,000 devices polled every 100 ms (adaptive
+4. Fleet at a fixed rate (tools/fleet_shards.py): 1,000 devices polled every 100 ms (adaptive
    polling off) by ``--fleet-shards`` bridge processes; with ``--goal`` also 10,000 devices at 2 Hz
    over ``--goal-shards`` processes. Requests per device per second, how many devices' mean interval
    is off by more than 10% and p99 over 1.5x, timeouts, silent offsets in the stores, and the CPU
@@ -63,13 +63,11 @@ from leadwire.bridge.daemon import Bridge
 from leadwire.bridge.store import SEG_EVENT, Batch, Store, drain
 from leadwire.bridge.store_baseline import PlainEvents, Schema1
 from leadwire.bridge.writer import StoreProcess
+from leadwire.tools import fleet_shards
 from leadwire.tools.fleetsim import Fleet
+from leadwire.tools.lwbench import before_tree
 from leadwire.tools.procstat import cpu_seconds
 from leadwire.tools.simdevice import SimCore, SimFleet, VirtualRing, raise_nofile
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import fleet_shards  # bench/ is not a package
-import peer_mqtt_bench as pmb
 
 ROW_BATCH = 10_000
 PAYLOAD = 64  # bytes per event: 16 (generation time, device, number) + 48 of padding
@@ -780,13 +778,13 @@ def ingest_ratios(ingest: Ingest, writers: list[str], res: dict[str, Any]) -> No
 
 
 def fleet_phase(tmp: Path, args: SimpleNamespace, writers: list[str], res: dict[str, Any]) -> None:
-    """Fixed-rate polling of many slow devices (bench/fleet_shards.py): the 1,000-device fleet at
+    """Fixed-rate polling of many slow devices (tools/fleet_shards.py): the 1,000-device fleet at
     10 Hz and, with --goal, 10,000 devices at 2 Hz over --goal-shards bridge processes; every run
     with each writer and, with --before, with that ref's bridge code back to back (paired: the load
     of a shared machine drifts)."""
     codes: list[str | None] = [None]
     if args.before:
-        codes = [pmb.before_tree(args.before, tmp / "before"), None]
+        codes = [before_tree(args.before, tmp / "before"), None]
     sizes = [(args.fleet_devices, args.fleet_hz, args.fleet_rate, args.fleet_shards)]
     if args.goal:
         sizes.append((args.goal_devices, args.goal_hz, args.goal_rate, args.goal_shards))

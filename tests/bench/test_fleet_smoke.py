@@ -1,4 +1,4 @@
-"""Smoke run of bridge_bench.py's fleet phase (bench/fleet_shards.py): a small fleet polled by two
+"""Smoke run of bridge_bench.py's fleet phase (tools/fleet_shards.py): a small fleet polled by two
 shard processes, and the same with the bridge code of a git ref (--before). Checks that every device
 is polled by exactly one shard, that the stores' accounting is exact and that the figures are
 there, not how fast anything is (the figures are in docs/benchmarks.md)."""

@@ -1,7 +1,8 @@
-"""The bridge bench's fleet runs: a simulated fleet (tools/fleetsim.py) polled at a fixed rate by
-one or more bridge shard processes (``bridge.shard = "i/k"``, each with its own store), each
-instrumented from the outside, so that the same run can be made with another tree's bridge code
-(``code``: a PYTHONPATH, as ``peer_mqtt_bench.before_tree`` lays it out).
+"""The bridge bench's fleet runs (bench/bridge_bench.py --only fleet): a simulated fleet
+(tools/fleetsim.py) polled at a fixed rate by one or more bridge shard processes (``bridge.shard =
+"i/k"``, each with its own store), each instrumented from the outside, so that the same run can be
+made with another tree's bridge code (``code``: a PYTHONPATH, as ``leadwire.tools.lwbench.before_tree``
+lays it out).
 
 Every shard is a process running this file on a JSON spec: it starts its bridge, prints ``ready``,
 waits for ``go`` on stdin (so all shards measure the same window), lets the fleet settle for
