@@ -37,7 +37,6 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -49,16 +48,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from goodput_bench import bridge_doc, run_bridge  # bench/ is the script's directory: on sys.path
 
 from leadwire import codec, framing, messages, wire
-from leadwire.tools.authclient import AuthClient
 from leadwire.tools.board import PicoBoard, pico_files, pico_missing
+from leadwire.tools.picobench import FRAME, HZ, goodput, heap_auth
 from leadwire.tools.picohil import RawRepl, configure, flashed_pico
-from leadwire.tools.wireclient import Client, SerialLink, UdpLink
+from leadwire.tools.wireclient import Client, SerialLink
 
-HZ = 125_000_000  # the RPI_PICO build's clk_sys
-FRAME = 2059  # serial frame size for the goodput runs: the link's largest (wire.MAX_FRAME)
 EVENT = 64  # event payload bytes
 START = 0x3FFFF000  # the ring's first offset: the micro-benchmark crosses 2^30 (the small-int limit)
 
@@ -180,117 +176,6 @@ def cycles_per_event(board: PicoBoard, quick: bool) -> list[dict[str, Any]]:
         repl.close()
     board.restart(agent=True)
     return out
-
-
-GP_EVENT = 64  # goodput: 64-byte events, as bench/goodput_bench.py (16 B caps it at 16/19 of the line)
-
-
-def goodput(
-    board: PicoBoard,
-    tmp: Path,
-    baud: int,
-    warmup: float,
-    seconds: float,
-    offer: float = 2.0,
-    frame: int = 1024,
-) -> dict[str, Any]:
-    """Section 2: the bridge polling UART0 at `baud`; figures on the board's clock. The sensor
-    offers `offer` times what the line carries (at most what the sensor task can do)."""
-    line = baud / 10
-    hz = min(int(offer * line / (GP_EVENT + 3)), 3000)
-    cfg = {
-        "id": "bench",
-        "auth": False,
-        "ring": 512,
-        "slot": GP_EVENT,
-        "health": {"ms": 0},
-        "report": {"bytes": 64},
-        "udp": False,
-        "serial": {"frame": frame, "baud": baud},
-        "sensors": [{"ch": 1, "hz": hz, "size": GP_EVENT}],
-    }
-    configure(board, cfg)
-    db = tmp / ("goodput-%d.db" % baud)
-    burst_s = 512 * (GP_EVENT + 3) * 10 / baud
-    # the bridge's timeouts are wall time: the emulator runs at ~0.3x when busy
-    # max_bytes: the frame less its 12-byte header and room to spare (1000 of 1024 as before)
-    doc = bridge_doc(db, {"serial": board.port, "baud": baud}, frame - 24, round(4 * (2 * burst_s + 0.5), 2))
-    doc["polling"]["pipeline"] = True  # the next POLL goes out before the burst ends: hides latency
-    clocks: list[dict[str, Any]] = []
-    res = asyncio.run(run_bridge(doc, board.pid, warmup, seconds, lambda start: clocks.append(board.clock())))
-    c0, c1 = clocks
-    board_s = (c1["nanos"] - c0["nanos"]) / 1e9
-    stored = res["counters"].get("events_stored", 0)
-    lost = res["counters"].get("overrun_lost", 0)
-    cycles = c1["cycles"] - c0["cycles"]
-    r = {
-        "baud": baud,
-        "frame": frame,
-        "offer": offer,
-        "hz": hz,
-        "board_s": board_s,
-        "wall_s": seconds,
-        "stored": stored,
-        "lost": lost,
-        "goodput": stored * GP_EVENT / board_s,
-        "line": line,
-        "ratio": stored * GP_EVENT / board_s / line,
-        "busy": cycles / (board_s * HZ),
-        "cycles_per_event": cycles / stored if stored else None,
-        "failed": res["failed"],
-    }
-    log("pico_bench: %d baud: %s" % (baud, json.dumps({k: r[k] for k in ("stored", "ratio", "busy")})))
-    return r
-
-
-def heap_auth(board: PicoBoard, seconds: float, net: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Section 3: a keyed board under load, polled by a signing client over UART0 (`net`: a Pico
-    W's "wlan" and "udp" settings: over Wi-Fi UDP instead, bench/pico_w_bench.py)."""
-    key = os.urandom(32).hex()
-    cfg: dict[str, Any] = {
-        "id": "bench",
-        "key": key,
-        "udp": False,
-        "health": {"ch": 8, "ms": 500},
-        "serial": {"frame": 256},
-        "report": {"bytes": 1024},
-        "sensors": [{"ch": 1, "hz": 200, "size": 16}, {"ch": 2, "hz": 50, "size": 12}],
-    }
-    if net:
-        cfg.update(net, serial=False)
-    configure(board, cfg, timeout=120)
-    ready = [ln for ln in board.console().splitlines() if "leadwire: ready" in ln][-1]
-    free_boot = int(ready.rsplit("free", 1)[1])
-    c = AuthClient(UdpLink(board.address) if net and board.address else SerialLink(board.port or ""), key)
-    health: list[dict[str, int]] = []
-    received = 0
-    try:
-        c.handshake(12.0)
-        f = c.poll(0)
-        n = messages.decode_recovery(f)[0] - 1 if f.type == wire.RECOVERY else 0
-        t0 = board.clock()["nanos"]
-        while board.clock()["nanos"] - t0 < seconds * 1e9:
-            f = c.poll(n, 255, 240)
-            if f.type == wire.EVENTS:
-                _, recs = messages.decode_records(f.payload)
-                n = (f.seq + len(recs) - 1) & 0xFFFFFFFF
-                received += len(recs)
-                health += [
-                    messages.decode_health(d) for ch, d in recs if ch == 8 and len(d) == messages.HEALTH_SIZE
-                ]
-            elif f.type == wire.RECOVERY:
-                n = messages.decode_recovery(f)[0]
-    finally:
-        c.close()
-    r = {
-        "free_after_boot": free_boot,
-        "received": received,
-        "health": len(health),
-        "heap_free_min": min(h["heap_free"] for h in health) if health else None,
-        "low_water": min(h["heap_min"] for h in health) if health else None,
-    }
-    log("pico_bench: heap with auth: %s" % json.dumps(r))
-    return r
 
 
 DEFAULT = {"id": "bench", "auth": False, "udp": False}  # the default sensors, health and ring

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from goodput_bench import bridge_doc, run_bridge  # bench/ is the script's directory: on sys.path
-from pico_bench import FRAME, GP_EVENT, HZ, goodput, heap_auth
 
+from leadwire.tools.benchbridge import bridge_doc, run_bridge
 from leadwire.tools.board import PICO_W_KEY, PICO_W_SSID, PicoBoard, pico_files, pico_missing
+from leadwire.tools.picobench import FRAME, GP_EVENT, HZ, goodput, heap_auth
 from leadwire.tools.picohil import configure, flashed_pico
 
 UDP_FRAME = 1472  # the largest UDP frame the agent takes (one Ethernet MTU)
