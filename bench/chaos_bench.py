@@ -1,4 +1,4 @@
-"""Chaos benchmark (issue 6): 1M events from virtual boards through netem (10% loss, 5% duplication,
+"""Chaos benchmark: 1M events from virtual boards through netem (10% loss, 5% duplication,
 5% reordering, 1% corruption), boards power-cut and the bridge SIGKILLed at seeded random times, and
 the accounting table: every generated event stored once, counted lost, lost before the bridge reached
 its boot, or died with its boot; nothing silent, duplicated or corrupted.

@@ -1,4 +1,4 @@
-"""Goodput (issue 7): event payload bytes stored per second, against what the link itself carries.
+"""Goodput: event payload bytes stored per second, against what the link itself carries.
 
     .venv/bin/python bench/goodput_bench.py            # full run (~2-3 min)
     .venv/bin/python bench/goodput_bench.py --quick    # one repetition, short windows (~45 s)
@@ -21,7 +21,7 @@ Measured side by side in one run, on 127.0.0.1 only:
    bottleneck and the ring overruns (every lost event counted by the bridge, none silent). Printed
    beside it: the emulated line's own rate with a continuous byte stream (no protocol), the
    framing ceiling of a full frame, and the ceiling of the frames this run actually sent.
-3. Signed (auth, issue 6; not with --quick): the board with a random key, the bridge with it, each
+3. Signed (auth; not with --quick): the board with a random key, the bridge with it, each
    beside an unsigned run with the same ring (a keyed board has less heap for its ring): UDP at
    10,000 ev/s (`repeat` pairs: CPU per event), serial at each baud (one pair: goodput).
 
@@ -640,7 +640,7 @@ def signed_runs(
     seconds: float,
     repeat: int,
 ) -> None:
-    """Signed frames (auth, issue 6) beside unsigned ones with the same ring: a signed board has
+    """Signed frames (auth) beside unsigned ones with the same ring: a signed board has
     less heap for its ring, so the unsigned run repeats with the signed run's ring."""
     # UDP at SIGNED_UDP_HZ, `repeat` pairs (a keyed board's small ring makes single runs noisy);
     # serial once per baud (line-bound)

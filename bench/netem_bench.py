@@ -1,4 +1,4 @@
-"""netem benchmark: the UDP proxy's own rate, a poll session through it, and lossy links (issue 18).
+"""netem benchmark: the UDP proxy's own rate, a poll session through it, and lossy links.
 
 Run: .venv/bin/python bench/netem_bench.py [--seconds 10] [--seed 1] [--before REF] [--skip ...]
 

@@ -1,4 +1,4 @@
-"""leadwire side by side with MQTT (mosquitto + umqtt.simple + paho), one run, one machine (issue 8).
+"""leadwire side by side with MQTT (mosquitto + umqtt.simple + paho), one run, one machine.
 
     .venv/bin/python bench/peer_mqtt_bench.py            # full run (several minutes)
     .venv/bin/python bench/peer_mqtt_bench.py --quick    # fewer events, shorter caps
@@ -581,7 +581,7 @@ def where_time_line(lws: list[dict[str, Any]]) -> str:
 
 
 def goal_lines(lw: Run, mq: list[Run], best0: Run, best1: Run) -> list[str]:
-    """Issue 8's goals, met or not, and what CPU one committed event costs."""
+    """The goals against MQTT, met or not, and what CPU one committed event costs."""
     goals = [
         ("acknowledged events/s >= 10x MQTT QoS 1 (best)", lw["rate"] >= 10 * best1["rate"]),
         ("acknowledged events/s >= 2.5x MQTT QoS 0 (best)", lw["rate"] >= 2.5 * best0["rate"]),

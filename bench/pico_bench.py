@@ -1,4 +1,4 @@
-"""The agent on an emulated Raspberry Pi Pico (issue 13 point 5): cycle counts on the board's clock.
+"""The agent on an emulated Raspberry Pi Pico: cycle counts on the board's clock.
 
     .venv/bin/python bench/pico_bench.py            # ~6-10 min on a loaded 2-core machine
     .venv/bin/python bench/pico_bench.py --quick    # shorter windows
@@ -32,7 +32,7 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
    "ready", ring excluded: the interpreter's own ~4.6 KB included) with auth off and on, and the
    heap free at ready with the default ring.
 
---json prints one JSON object (the issue's keys) instead of the tables.
+--json prints one JSON object (the keys of docs/design/pico-agent-cost.md) instead of the tables.
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def report(cyc: list[dict[str, Any]], gp: list[dict[str, Any]], heap: dict[str, 
 def summary(
     cyc: list[dict[str, Any]], gp: list[dict[str, Any]], extra: dict[str, Any], sha: str
 ) -> dict[str, Any]:
-    """The issue's keys: cycles unless named, 64-byte events."""
+    """The keys docs/design/pico-agent-cost.md tabulates: cycles unless named, 64-byte events."""
     one, many = cyc
     g = {x["baud"]: x for x in gp if x["offer"] < 1.5}
     return {
@@ -328,7 +328,9 @@ def summary(
 
 @click.command()
 @click.option("--quick", is_flag=True, help="Shorter loops and windows.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object with the issue's keys.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object with the keys of docs/design/pico-agent-cost.md."
+)
 def main(quick: bool, as_json: bool) -> None:
     why = pico_missing()
     if why:  # nothing to measure here (make bench goes on): say what to get

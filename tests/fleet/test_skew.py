@@ -1,4 +1,4 @@
-"""Issue 15 point 6: a skewed fleet (one device holds half the rows in ONE boot, one lead domain).
+"""A skewed fleet (one device holds half the rows in ONE boot, one lead domain).
 
 The generator's shape (numpy only), and the whole job on it at a small size with the window
 buffer forced to spill: every table equals the DuckDB oracle, the summary the ground truth.

@@ -426,7 +426,7 @@ def test_a_device_that_moved_between_bridge_shards_orders_by_arrival_then_bridge
 
 @pytest.mark.parametrize("bits", [0, 1, 3])
 def test_bucketed_lead_domains_equal_one_window_per_domain(spark: SparkSession, bits: int) -> None:
-    # issue 15 point 6: both lead-domain passes run per (domain, bucket) with carried prefix state.
+    # bounded pieces: both lead-domain passes run per (domain, bucket) with carried prefix state.
     # With 2^bits arrivals / seq values per bucket (1, 2, 8: most buckets cut a domain, many rows
     # are the first of their bucket), every per-arrival value equals one window over the whole
     # domain (bucket_bits None, the plan for fleets without long domains): wraps past 2^32,
@@ -453,7 +453,7 @@ def test_bucketed_lead_domains_equal_one_window_per_domain(spark: SparkSession, 
 def test_fleet_percentiles_exact_when_small_approximate_within_the_stated_rank_error(
     spark: SparkSession,
 ) -> None:
-    # issue 15 point 6: a fleet-level group of at most `exact_max` values gets exact percentiles
+    # a fleet-level group of at most `exact_max` values gets exact percentiles
     # (numpy's linear interpolation), a larger one percentile_approx, whose answer's rank is within
     # n / accuracy of p * n. Here: firmware 1.0.0 (40 values) is small, 2.0.0 (2,000) and the
     # fleet are large; accuracy 100 allows a rank error of 20 (2,040 / 100) in the fleet.
