@@ -16,6 +16,9 @@ approximate for large groups, are checked against the raw values with their stat
                                         # skewed: one device, half the rows, one boot; 1 GB JVM
     .venv/bin/python bench/fleet_bench.py --rows 10000000 30000000 --driver-memory 6g \
         --duckdb-memory 4GB             # the linearity check on a 24 GB machine
+    .venv/bin/python bench/fleet_bench.py --days 14 [--day-rows 20000] [--json]
+                                        # incremental: one export run a day, each followed by
+                                        # `--incremental` and a full recompute to compare with
 
 The JVM is started as `leadwire fleet` starts a local one (C1 only for small exports, Spark's
 classes mapped from the class-data archive in ~/.cache/leadwire/spark-cds: its first run writes
@@ -327,7 +330,12 @@ def print_results(results: list[dict[str, Any]]) -> bool:
 @click.option(
     "--duckdb-memory", default=None, help="memory_limit of the DuckDB oracle, e.g. 6GB (spills to --out)"
 )
+@click.option("--days", type=int, default=0, help="incremental mode: this many daily export runs")
+@click.option("--day-rows", type=int, default=20_000, show_default=True, help="--days: arrival rows a day")
+@click.option("--json", "as_json", is_flag=True, help="--days: one JSON object on stdout")
 def main(**o: Any) -> None:
+    if o["days"]:
+        sys.exit(0 if run_days(o) else 1)
     sizes = [*o["rows"], *o["more_rows"]] or [1_000_000, 10_000_000]
     os.makedirs(o["out"], exist_ok=True)
     results = []
@@ -355,6 +363,69 @@ def main(**o: Any) -> None:
         )
     )
     sys.exit(0 if print_results(results) else 1)
+
+
+def run_days(o: dict[str, Any]) -> bool:
+    """The incremental bench: a synthetic export of o['days'] days that grows one export run a day
+    (leadwire.fleet.synth_days: a lagging bridge's files a day late, into the earlier day), the
+    job with --incremental after each run, then a full recompute of the same files to compare the
+    dated tables with. Per day: the rows the run brought, the rows the incremental job read, its
+    seconds, and whether its tables equal the recompute's. True when every day is equal."""
+    import json
+
+    from leadwire.fleet.job import DATED_TABLES
+    from leadwire.fleet.synth import generate
+    from leadwire.fleet.synth_days import export_days, publish_run
+
+    base = os.path.join(o["out"], "days")
+    shutil.rmtree(base, ignore_errors=True)
+    cfg = SynthConfig(rows=o["days"] * o["day_rows"], days=o["days"], seed=o["days"], lead_errors=2)
+    tables, _ = generate(cfg)
+    days = export_days(tables)[: o["days"]]
+    export, inc = os.path.join(base, "export"), os.path.join(base, "incremental")
+    log = sys.stderr if o["as_json"] else sys.stdout
+    out: list[dict[str, Any]] = []
+    with bench_session(o, [o["days"] * o["day_rows"]]) as session:
+        spark = session.spark
+        for k in range(len(days)):
+            new = publish_run(tables, export, k, days)
+            t = time.monotonic()
+            s = run_job(export, inc, spark, report=False, progress=False, incremental=True)
+            seconds = time.monotonic() - t
+            full = os.path.join(base, "full")
+            t = time.monotonic()
+            run_job(export, full, spark, report=False, progress=False)
+            full_s = time.monotonic() - t
+            diffs = compare_tables(
+                read_job_tables(inc, DATED_TABLES), read_job_tables(full, DATED_TABLES), TABLE_ORDER
+            )
+            row = {
+                "day": k + 1,
+                "new_rows": new,
+                "rows_read": s["rows_read"],
+                "seconds": round(seconds, 2),
+                "equals_full": not diffs,
+                "full_seconds": round(full_s, 2),
+                "load": os.getloadavg()[0],
+            }
+            out.append(row)
+            print(
+                "[bench] day %(day)2d: new rows %(new_rows)d, read %(rows_read)d, %(seconds).1fs "
+                "(full recompute %(full_seconds).1fs), equals full: %(equals_full)s, load %(load).1f" % row,
+                file=log,
+                flush=True,
+            )
+            for d in diffs[:10]:
+                print("    " + d, file=log)
+            shutil.rmtree(full, ignore_errors=True)
+    ok = all(r["equals_full"] for r in out)
+    if o["as_json"]:
+        print(json.dumps({"days": out}))
+    elif len(out) >= 14:
+        print("day 14 / day 2 seconds: %.2f" % (out[13]["seconds"] / out[1]["seconds"]))
+    if not o["keep"]:
+        shutil.rmtree(base, ignore_errors=True)
+    return ok
 
 
 if __name__ == "__main__":

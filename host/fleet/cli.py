@@ -78,6 +78,8 @@ def fleet(
     daily: bool,
     lookback_days: int | None,
     lookahead_days: int,
+    incremental: bool,
+    late_days: int,
     worst: int,
     shuffle_partitions: int | None,
     driver_memory: str,
@@ -93,7 +95,7 @@ def fleet(
 
     try:
         window_seconds = parse_window(window)
-        date_from, date_to = resolve_dates(date_from, date_to, since, day, daily)
+        date_from, date_to = resolve_dates(date_from, date_to, since, day, daily, incremental)
         for name, d in (("--from", date_from), ("--to", date_to)):
             check_date(name, d)
     except BadInput as e:
@@ -116,6 +118,8 @@ def fleet(
             lookahead_days=lookahead_days,
             daily=daily,
             report=not no_report,
+            incremental=incremental,
+            late_days=late_days,
             progress=not quiet,
             shuffle_partitions=shuffle_partitions,
             driver_memory=driver_memory,

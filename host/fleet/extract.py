@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from leadwire.fleet.fs import join, list_dates, path_exists
+from leadwire.fleet.fs import has_files, join, list_files
 from leadwire.fleet.options import DEFAULT_LOOKAHEAD_DAYS, BadInput, check_date
 from leadwire.fleet.progress import Progress
-from leadwire.fleet.schema import PARTITION_COLUMN, TABLES, spark_schema
+from leadwire.fleet.schema import COLUMN_DEFAULTS, PARTITION_COLUMN, TABLES, spark_schema
 
 DAY_US = 86_400_000_000
 # Marks the message of a raise_error() of the null-key guard, so run_job can turn the executor's
@@ -78,14 +78,19 @@ def _shift(day: str, days: int) -> str:
     return (dt.date.fromisoformat(day) + dt.timedelta(days=days)).isoformat()
 
 
-def _guard(name: str, df: DataFrame) -> DataFrame:
+def guard(name: str, df: DataFrame) -> DataFrame:
     """Every NOT NULL column of the contract, checked row by row as it is read (no extra job): a
-    null (a file without the column, a broken writer) stops the job with a one-line error naming
-    the file. Columns the plan never reads are pruned, and their checks with them."""
+    null where the contract has a default (schema.COLUMN_DEFAULTS: a file from a bridge that did
+    not write the column) reads as that default; any other null (a key column missing, a broken
+    writer) stops the job with a one-line error naming the file. Columns the plan never reads are
+    pruned, and their checks with them."""
     required = {f.name for f in TABLES[name] if not f.nullable}
+    defaults = COLUMN_DEFAULTS.get(name, {})
     cols = []
     for c in df.columns:
-        if c in required:
+        if c in defaults:
+            cols.append("coalesce(`%s`, %s) AS `%s`" % (c, defaults[c], c))
+        elif c in required:
             msg = "concat('%s%s: null %s (NOT NULL in the contract) in ', input_file_name())" % (
                 _GUARD,
                 name,
@@ -105,42 +110,45 @@ def extract(
 ) -> Inputs:
     """Read the three tables with the contract's schema (no inference), only the date partitions
     the range needs. Types are checked by the Parquet reader in every file it opens (a mismatch
-    fails the first action; run_job turns it into BadInput), NOT NULL columns by _guard."""
+    fails the first action; run_job turns it into BadInput), NOT NULL columns by guard."""
     progress = progress or Progress(enabled=False)
     dates = dates or DateRange()
     check_date("--from", dates.first)
     check_date("--to", dates.last)
-    if not path_exists(spark, input_dir):
-        raise BadInput("input not found: %s" % input_dir)
     lo, hi = dates.read_from(), dates.read_to()
     frames: dict[str, DataFrame] = {}
     for name in TABLES:
         path = join(input_dir, name)
         schema = spark_schema(name)
         df: DataFrame | None = None
-        if path_exists(spark, path):
-            present = list_dates(spark, path)
-            if not present and name == "arrivals":
-                raise BadInput(
-                    "%s: not partitioned by %s=YYYY-MM-DD (the `leadwire export` layout)"
-                    % (path, PARTITION_COLUMN)
-                )
-            wanted = [d for d in present if (lo is None or d >= lo) and (hi is None or d <= hi)]
-            if wanted:
-                parts = [join(path, "%s=%s" % (PARTITION_COLUMN, d)) for d in wanted]
-                try:
-                    df = spark.read.schema(schema).option("basePath", path).parquet(*parts)
-                except AnalysisException as e:
-                    raise BadInput("%s: cannot read (%s)" % (path, str(e).splitlines()[0][:160])) from None
-                df = _guard(name, df)
-        elif name == "arrivals":
-            raise BadInput("%s: not found (expected DIR/arrivals/date=YYYY-MM-DD/*.parquet)" % path)
-        else:
+        files = list_files(spark, path)
+        if not files and name == "arrivals":
+            raise _not_an_export(spark, input_dir)
+        if not files:
             progress.log("%s: no data at %s, taken as empty" % (name, path))
+        wanted = [u for u, d in files if (lo is None or d >= lo) and (hi is None or d <= hi)]
+        if wanted:
+            try:
+                df = spark.read.schema(schema).option("basePath", path).parquet(*wanted)
+            except AnalysisException as e:
+                raise BadInput("%s: cannot read (%s)" % (path, str(e).splitlines()[0][:160])) from None
+            df = guard(name, df)
         if df is None:
             df = spark.createDataFrame([], schema)
         frames[name] = df.select(*(f.name for f in schema.fields))
     return Inputs(frames["arrivals"], frames["losses"], frames["boots"])
+
+
+def _not_an_export(spark: SparkSession, input_dir: str) -> BadInput:
+    """Why input_dir has no arrivals partitions, in one line."""
+    path = join(input_dir, "arrivals")
+    if has_files(spark, input_dir) is None:
+        return BadInput("input not found: %s" % input_dir)
+    if has_files(spark, path):
+        return BadInput(
+            "%s: not partitioned by %s=YYYY-MM-DD (the `leadwire export` layout)" % (path, PARTITION_COLUMN)
+        )
+    return BadInput("%s: not found (expected DIR/arrivals/date=YYYY-MM-DD/*.parquet)" % path)
 
 
 _MISMATCH = re.compile(
@@ -168,3 +176,18 @@ def bad_input_from(e: Exception) -> BadInput | None:
     if "PARQUET_COLUMN_DATA_TYPE_MISMATCH" in text or "SchemaColumnConvertNotSupported" in text:
         return BadInput("wrong schema: %s" % text.splitlines()[0][:200])
     return None
+
+
+def read_files(spark: SparkSession, input_dir: str, name: str, uris: list[str]) -> DataFrame:
+    """The export table `name` from exactly these files (the contract's columns, guarded as
+    extract reads them; no partition column), empty without files."""
+    schema = spark_schema(name)
+    cols = [f.name for f in schema.fields if f.name != PARTITION_COLUMN]
+    if not uris:
+        return spark.createDataFrame([], spark_schema(name, with_partition=False))
+    path = join(input_dir, name)
+    try:
+        df = spark.read.schema(schema).option("basePath", path).parquet(*uris)
+    except AnalysisException as e:
+        raise BadInput("%s: cannot read (%s)" % (path, str(e).splitlines()[0][:160])) from None
+    return guard(name, df.select(*cols))

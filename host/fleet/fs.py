@@ -1,57 +1,34 @@
 """Paths of the fleet job: Hadoop URIs (``hdfs://``, ``s3a://``, ``file://``; a path without a scheme
 is on the session's default filesystem, as everywhere in Spark), and the few filesystem calls the
-job makes itself (existence, listing of date partitions, small text files, copying the driver's
-local staging folder)."""
+job makes itself: listing an export table's files, small text files, removing a stale output.
+
+Everything here goes through Spark's own readers and writers or, for an output on this process's
+disk, the local filesystem: no JVM handle, so the same code runs in a classic session and under
+Spark Connect, where the driver's JVM is not in this process. Whether a path is on this process's
+disk is not decided from its text (a scheme-less path is on `fs.defaultFS`, which may be HDFS; a
+Spark Connect server may run elsewhere) but by a probe: a marker written with Spark and looked for
+locally (driver_path).
+"""
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any
+import shutil
+import uuid
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from leadwire.fleet.schema import PARTITION_COLUMN
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*):")
+_PROBE = "_leadwire_probe"
 
 
 def scheme(path: str) -> str | None:
     m = _SCHEME.match(path)
     return m.group(1).lower() if m else None
-
-
-def _jvm(spark: SparkSession) -> Any:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    return jvm
-
-
-def _hconf(spark: SparkSession) -> Any:
-    return spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-
-
-def _hadoop_path(spark: SparkSession, path: str) -> Any:
-    """(qualified org.apache.hadoop.fs.Path, its FileSystem): scheme-less = the default FS."""
-    p = _jvm(spark).org.apache.hadoop.fs.Path(path)
-    fs = p.getFileSystem(_hconf(spark))
-    return fs.makeQualified(p), fs
-
-
-def qualify(spark: SparkSession, path: str) -> str:
-    """The path as a full URI on the filesystem it lives on (scheme-less -> default FS)."""
-    return str(_hadoop_path(spark, path)[0].toString())
-
-
-def path_exists(spark: SparkSession, path: str) -> bool:
-    p, fs = _hadoop_path(spark, path)
-    return bool(fs.exists(p))
-
-
-def is_local(spark: SparkSession, path: str) -> bool:
-    """True when `path` is on the driver's local disk: file: scheme, or no scheme and the default
-    filesystem is file: (false where fs.defaultFS is hdfs://, as on most clusters)."""
-    return scheme(qualify(spark, path)) == "file"
 
 
 def local_path(path: str) -> str:
@@ -67,54 +44,102 @@ def join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts])
 
 
-def list_dates(spark: SparkSession, table_path: str) -> list[str]:
-    """The YYYY-MM-DD of every `date=` directory directly under table_path (one listing, no files)."""
-    p, fs = _hadoop_path(spark, table_path)
-    out = []
-    for st in fs.listStatus(p):
-        name = st.getPath().getName()
-        if st.isDirectory() and name.startswith(PARTITION_COLUMN + "="):
-            out.append(name[len(PARTITION_COLUMN) + 1 :])
-    return sorted(out)
+def _missing(e: AnalysisException) -> bool:
+    text = str(e)
+    return "PATH_NOT_FOUND" in text or "Path does not exist" in text
 
 
-def copy_tree(spark: SparkSession, local_dir: str, out_dir: str) -> None:
-    """Copy every file under local_dir to the same relative path under the Hadoop URI out_dir,
-    creating directories first (copyFromLocalFile into a missing directory would copy the first
-    entry *as* that directory), replacing files that exist."""
-    dst_root, fs = _hadoop_path(spark, out_dir)
-    jvm = _jvm(spark)
-    for dirpath, _, files in os.walk(local_dir):
-        rel = os.path.relpath(dirpath, local_dir)
-        dst_dir = dst_root if rel == "." else jvm.org.apache.hadoop.fs.Path(dst_root, rel)
-        fs.mkdirs(dst_dir)
-        for name in files:
-            src = jvm.org.apache.hadoop.fs.Path("file://" + os.path.abspath(os.path.join(dirpath, name)))
-            fs.copyFromLocalFile(False, True, src, jvm.org.apache.hadoop.fs.Path(dst_dir, name))
-
-
-def delete(spark: SparkSession, path: str) -> None:
-    p, fs = _hadoop_path(spark, path)
-    if fs.exists(p):
-        fs.delete(p, True)
-
-
-def read_text(spark: SparkSession, path: str) -> str | None:
-    p, fs = _hadoop_path(spark, path)
-    if not fs.exists(p):
+def driver_path(spark: SparkSession, path: str) -> str | None:
+    """The OS path of `path` when Spark writes there onto this process's disk (a marker written
+    with Spark is found under the same local path, with this call's token in it), else None
+    (HDFS, S3, a Spark Connect server on another machine). Creates `path` if missing."""
+    if scheme(path) not in (None, "file"):
         return None
-    jvm = _jvm(spark)
-    stream = fs.open(p)
-    try:
-        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()
+    local = os.path.abspath(local_path(path))
+    token = uuid.uuid4().hex
+    spark.createDataFrame([(token,)], "v STRING").coalesce(1).write.mode("overwrite").text(join(path, _PROBE))
+    probe = os.path.join(local, _PROBE)
+    found = False
+    if os.path.isdir(probe):
+        for name in os.listdir(probe):
+            if name.startswith("part-"):
+                with open(os.path.join(probe, name)) as f:
+                    found = found or f.read().strip() == token
+        shutil.rmtree(probe, ignore_errors=True)
+    return local if found else None
 
 
-def write_text(spark: SparkSession, path: str, text: str) -> None:
-    p, fs = _hadoop_path(spark, path)
-    out = fs.create(p, True)
+def has_files(spark: SparkSession, path: str) -> bool | None:
+    """True when a file is under path, False when none is, None when path does not exist (an
+    error path's question: it lists everything under path)."""
     try:
-        out.write(bytearray(text.encode()))
-    finally:
-        out.close()
+        return bool(spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(path).take(1))
+    except AnalysisException as e:
+        if _missing(e):
+            return None
+        raise
+
+
+def list_files(spark: SparkSession, table_path: str, dates: list[str] | None = None) -> list[tuple[str, str]]:
+    """(file URI, date) of every Parquet file under table_path's `date=` partitions, or only under
+    those of `dates` (their names are matched in one listing of table_path; the other partitions
+    are not listed). Listed by Spark's binaryFile reader without reading the files' content.
+    [] when the path does not exist."""
+    pattern = table_path
+    if dates is not None:
+        if not dates:
+            return []
+        pattern = join(table_path, "%s={%s}" % (PARTITION_COLUMN, ",".join(dates)))
+    try:
+        df = (
+            spark.read.format("binaryFile")
+            .option("pathGlobFilter", "*.parquet")
+            .option("basePath", table_path)
+            .load(pattern)
+        )
+        if PARTITION_COLUMN not in df.columns:
+            return []
+        rows = df.select("path", PARTITION_COLUMN).collect()
+    except AnalysisException as e:
+        if _missing(e):
+            return []
+        raise
+    return sorted((str(r[0]), str(r[1])) for r in rows)
+
+
+def list_dates(spark: SparkSession, table_path: str) -> list[str]:
+    """The YYYY-MM-DD of every `date=` partition under table_path that holds a Parquet file."""
+    return sorted({d for _, d in list_files(spark, table_path)})
+
+
+def read_text(spark: SparkSession, path: str, local: str | None) -> str | None:
+    """A small text file (or the directory write_text made), None when missing. `local`: the OS
+    path of its folder when that is on this disk (driver_path), else None."""
+    if local is not None:
+        p = os.path.join(local, os.path.basename(path.rstrip("/")))
+        if os.path.isfile(p):
+            with open(p) as f:
+                return f.read()
+        if not os.path.isdir(p):
+            return None
+    try:
+        lines = spark.read.option("wholetext", "true").text(path).collect()
+    except AnalysisException as e:
+        if _missing(e):
+            return None
+        raise
+    return "".join(str(r[0]) for r in lines)
+
+
+def write_text(spark: SparkSession, path: str, text: str, local: str | None) -> None:
+    """A small text file, replacing what was there: written by this process when its folder is
+    on this disk (`local`: that folder's OS path), else by Spark's text writer (a directory with
+    one part file, which read_text reads back)."""
+    if local is not None:
+        os.makedirs(local, exist_ok=True)
+        tmp = os.path.join(local, ".%s.tmp" % os.path.basename(path))
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(local, os.path.basename(path)))
+        return
+    spark.createDataFrame([(text,)], "value STRING").coalesce(1).write.mode("overwrite").text(path)

@@ -61,8 +61,15 @@ from pyspark.sql import DataFrame, SparkSession
 
 from leadwire.fleet import transforms as T
 from leadwire.fleet.extract import DAY_US, DateRange, Inputs, bad_input_from, extract
-from leadwire.fleet.fs import join, local_path, scheme
-from leadwire.fleet.options import DEFAULT_LOOKAHEAD_DAYS, BadInput, check_date, date_options, resolve_dates
+from leadwire.fleet.fs import driver_path, join, local_path, scheme
+from leadwire.fleet.options import (
+    DEFAULT_LATE_DAYS,
+    DEFAULT_LOOKAHEAD_DAYS,
+    BadInput,
+    check_date,
+    date_options,
+    resolve_dates,
+)
 from leadwire.fleet.plan import (
     DATED_TABLES,
     DEFAULT_WINDOW_SECONDS,
@@ -137,6 +144,8 @@ def run_job(
     driver_memory: str = "4g",
     exact_max_values: int = T.EXACT_MAX_VALUES,
     webhook: str | None = None,
+    incremental: bool = False,
+    late_days: int = DEFAULT_LATE_DAYS,
 ) -> dict[str, Any]:
     """Analyse the export at input_dir, write tables and report to out_dir, return the summary.
 
@@ -146,6 +155,8 @@ def run_job(
     out_dir (daily_range) on. exact_max_values: fleet-level latency percentiles are exact for
     groups of at most this many values, approximate above (build_tables). webhook: a URL the
     rollout regression flags are POSTed to (OUT/regressions.json is written either way).
+    incremental=True: only the export files no earlier run into out_dir read, lead domains carried
+    over (incremental.py).
 
     Raises BadInput for a missing path, a wrong schema, null keys or empty data. The returned dict
     holds the fleet summary numbers (see docs/fleet.md), plus 'mismatch_rows', 'seconds' and 'out_dir'.
@@ -189,16 +200,32 @@ def run_job(
             # stage): what reads it (a few thousand rows) runs in one task per core instead
             return cp.coalesce(parallelism)
 
+        out_local = driver_path(spark, out_dir)
         dates = (
-            daily_range(spark, out_dir)
+            daily_range(spark, out_dir, out_local)
             if daily
             else DateRange(date_from, date_to, lookback_days, lookahead_days)
         )
         if dates.bounded and DAY_US % (window_seconds * 1_000_000):
             raise BadInput("a date range needs a window that divides a day (got %ds)" % window_seconds)
-        spec = JobSpec(input_dir, out_dir, dates, window_seconds, worst_n, exact_max_values, report, webhook)
+        spec = JobSpec(
+            input_dir,
+            out_dir,
+            dates,
+            window_seconds,
+            worst_n,
+            exact_max_values,
+            report,
+            webhook=webhook,
+            incremental=incremental,
+            late_days=late_days,
+        )
         try:
-            return run_stages(Run(spark, spec, prog, keep, cut))
+            if incremental:
+                from leadwire.fleet.incremental import INCREMENTAL_STAGES
+
+                return run_stages(Run(spark, spec, prog, keep, cut, out_local=out_local), INCREMENTAL_STAGES)
+            return run_stages(Run(spark, spec, prog, keep, cut, out_local=out_local))
         except BadInput:
             raise
         except Exception as e:
@@ -266,6 +293,8 @@ def main(
     daily: bool,
     lookback_days: int | None,
     lookahead_days: int,
+    incremental: bool,
+    late_days: int,
     worst: int,
     no_report: bool,
     webhook: str | None,
@@ -275,7 +304,7 @@ def main(
     (the master comes from spark-submit)."""
     try:
         window_seconds = parse_window(window)
-        date_from, date_to = resolve_dates(date_from, date_to, since, day, daily)
+        date_from, date_to = resolve_dates(date_from, date_to, since, day, daily, incremental)
         spark = (
             SparkSession.builder.appName("leadwire-fleet").config("spark.log.level", "ERROR").getOrCreate()
         )
@@ -292,6 +321,8 @@ def main(
             daily=daily,
             report=not no_report,
             webhook=webhook,
+            incremental=incremental,
+            late_days=late_days,
         )
     except BadInput as e:
         click.echo("fleet: %s" % e, err=True)

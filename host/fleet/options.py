@@ -12,6 +12,9 @@ import click
 # A gap after an arrival near the end of a date range can be filled by a seq that arrives after
 # it: the job reads this many days past --to so that `lost` of in-range rows equals a full run's.
 DEFAULT_LOOKAHEAD_DAYS = 1
+# An incremental run lists the export's partitions from this many days before the newest date it
+# has read: a file a bridge exports later into an older day is not read.
+DEFAULT_LATE_DAYS = 2
 
 
 class BadInput(Exception):
@@ -50,6 +53,18 @@ def date_options(f: Any) -> Any:
             show_default=True,
             help="Days read after --to for gaps filled later.",
         ),
+        click.option(
+            "--incremental",
+            is_flag=True,
+            help="Read only the export files no earlier run into --out read; carry lead domains over.",
+        ),
+        click.option(
+            "--late-days",
+            type=click.IntRange(0),
+            default=DEFAULT_LATE_DAYS,
+            show_default=True,
+            help="--incremental: list partitions from this many days before the newest read.",
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -57,12 +72,19 @@ def date_options(f: Any) -> Any:
 
 
 def resolve_dates(
-    date_from: str | None, date_to: str | None, since: str | None, day: str | None, daily: bool
+    date_from: str | None,
+    date_to: str | None,
+    since: str | None,
+    day: str | None,
+    daily: bool,
+    incremental: bool = False,
 ) -> tuple[str | None, str | None]:
     """--since / --day folded into (from, to); conflicting options are a BadInput."""
     given = [n for n, v in (("--from/--to", date_from or date_to), ("--since", since), ("--day", day)) if v]
     if len(given) > 1 or (daily and given):
         raise BadInput("use one of --from/--to, --since, --day, --daily")
+    if incremental and (given or daily):
+        raise BadInput("--incremental reads what is new: no --from/--to, --since, --day or --daily with it")
     if since:
         return since, None
     if day:

@@ -4,12 +4,14 @@ the one collect of the small tables (collect_small)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from leadwire.fleet import transforms as T
+from leadwire.fleet.arrow import to_arrow
 from leadwire.fleet.extract import DateRange, Inputs
 
 DEFAULT_WINDOW_SECONDS = 3600
@@ -69,8 +71,17 @@ def build_tables(
     since, until = dates.since_us(), dates.until_us()
     # the first lead-domain pass (bounded buckets) keeps every arrival column: it is what the
     # windows, the carried state and the latency all read, so it is the one persisted
-    span, big = profile_input(inputs.arrivals, since, until, exact_max_values)
-    if span > 1 << T.BUCKET_BITS:
+    span, big, total = profile_input(inputs.arrivals, since, until, exact_max_values)
+    tasks = int(inputs.arrivals.sparkSession.conf.get("spark.sql.shuffle.partitions", "200") or 200)
+    if is_hot(span, total, tasks):
+        # one device holds more than a task's share of the rows: shuffled by (device, arrival
+        # bucket), so that its rows spread over the tasks; the carried state is broadcast
+        by = T.transform_by_device_bucket(
+            T.transform_arrivals(inputs.arrivals, window_seconds), T.BUCKET_BITS
+        )
+        dev = keep(T.transform_lead_buckets(by, T.BUCKET_BITS))
+        rows = T.transform_order(T.transform_lead_carry(dev, broadcast=True), T.BUCKET_BITS)
+    elif span > 1 << T.BUCKET_BITS:
         # a lead domain may be longer than a bucket: both passes in bounded pieces; the first one
         # keeps every arrival column: the carried state, the second pass and the latency read it
         dev = keep(T.transform_lead_buckets(by_device(inputs.arrivals, window_seconds), T.BUCKET_BITS))
@@ -78,10 +89,10 @@ def build_tables(
     else:  # no device has more arrivals than a bucket holds: one window per domain, fewer steps
         dev = keep(by_device(inputs.arrivals, window_seconds))
         rows = T.transform_order(T.transform_leads(dev, None), None)
-    log(
-        "lead domains: %s (largest device: %d arrivals)"
-        % ("in buckets" if span > 1 << T.BUCKET_BITS else "whole", span)
-    )
+    shape = "whole"
+    if span > 1 << T.BUCKET_BITS:
+        shape = "in buckets, shuffled by device and bucket" if is_hot(span, total, tasks) else "in buckets"
+    log("lead domains: %s (largest device: %d of %d arrivals)" % (shape, span, total))
     log(
         "latency percentiles approximate for %s"
         % (", ".join("%s %s %s" % g for g in sorted(big, key=str)) or "no group")
@@ -107,8 +118,6 @@ def build_tables(
     groups = T.transform_unstack(stage, "lat_grp", T.LATENCY_GROUP_COLS) if "lat_grp" in parts else None
     rec = T.transform_unstack(stage, "rec", T.RECOVERY_COLS)
     rst = T.transform_unstack(stage, "rst", T.RESTART_COLS)
-    devices = cut(T.transform_devices(cw, rec, rst, lat_dev))
-    fleet_latency = T.transform_fleet_latency(lat, groups, big)
     return {
         "_by_device": dev,
         # the rows that disagree with the bridge (usually none) came with the channel windows:
@@ -116,30 +125,64 @@ def build_tables(
         "_mismatches": T.transform_window_mismatches(
             T.transform_unstack(stage, "cw", [*T.CHANNEL_WINDOW_COLS, "mismatch_rows"])
         ),
+        **rollup_tables(cw, rec, rst, Latency(lat_dev, lat, groups, big), worst_n, cut),
+    }
+
+
+@dataclass(frozen=True)
+class Latency:
+    """The latency inputs of the roll-ups: per-device percentiles, the fleet multiset, the large
+    groups' approximate percentiles (None: no group is large) and which groups those are."""
+
+    per_device: DataFrame
+    counts: DataFrame
+    groups: DataFrame | None
+    big: Any
+
+
+def rollup_tables(
+    cw: DataFrame, rec: DataFrame, rst: DataFrame, lat: Latency, worst_n: int, cut: Any
+) -> dict[str, DataFrame]:
+    """The dated tables as given and every table rolled up from them: devices (passed through
+    `cut`: the small tables read it), worst devices, comparisons, loss over time, latency, summary."""
+    devices = cut(T.transform_devices(cw, rec, rst, lat.per_device))
+    fleet_latency = T.transform_fleet_latency(lat.counts, lat.groups, lat.big)
+    return {
         "channel_windows": cw,
         "lead_histogram": T.transform_lead_histogram(cw),
         "recoveries": rec,
         "restarts": rst,
         "devices": devices,
         "worst_devices": T.transform_worst(devices, worst_n),
-        "by_firmware": T.transform_compare(cw, rec, rst, lat, "firmware_version", groups, big),
-        "by_transport": T.transform_compare(cw, rec, rst, lat, "transport", groups, big),
+        "by_firmware": T.transform_compare(cw, rec, rst, lat.counts, "firmware_version", lat.groups, lat.big),
+        "by_transport": T.transform_compare(cw, rec, rst, lat.counts, "transport", lat.groups, lat.big),
         "loss_over_time": T.transform_loss_over_time(cw, rec, rst),
         "latency": fleet_latency,
         "summary": T.transform_summary(devices, fleet_latency),
     }
 
 
+# A device is hot when it holds more arrivals than this many buckets and more than its share of
+# a shuffle task (all arrivals / shuffle partitions): a shuffle by device alone would put it in
+# one task, the critical path of the job.
+HOT_BUCKETS = 4
+
+
+def is_hot(span: int, total: int, tasks: int) -> bool:
+    return span > HOT_BUCKETS << T.BUCKET_BITS and span > total / max(tasks, 1)
+
+
 def profile_input(
     arrivals: DataFrame, since: int | None, until: int | None, exact_max: int
-) -> tuple[int, set[tuple[str, str | None, str]]]:
+) -> tuple[int, set[tuple[str, str | None, str]], int]:
     """One small job over the arrivals read (one narrow scan, one aggregation to a row per device,
     bridge, firmware and transport, added up on the driver): the most arrivals a device can have
     in one lead domain (the span of its `arrival` counter, summed over its bridges), and the
     fleet-level latency groups (kind, key, metric) of the counted rows with more than exact_max
-    values (transforms.transform_latency_groups)."""
+    values (transforms.transform_latency_groups), and the arrivals of all devices (their spans
+    added up)."""
     counted = T.in_range(F.unix_micros("host_rx_ts"), since, until)
-    prof = (
+    agg = (
         arrivals.withColumn("_in", counted)
         .groupBy("device_id", "bridge_id", "firmware_version", "transport")
         .agg(
@@ -148,9 +191,8 @@ def profile_input(
             F.expr("count_if(_in) AS n"),
             F.expr("count_if(_in AND gen_ts IS NOT NULL) AS n_gen"),
         )
-        .toArrow()
-        .to_pylist()
     )
+    prof = to_arrow(agg).to_pylist()
     lo: dict[tuple[str, str], int] = {}
     hi: dict[tuple[str, str], int] = {}
     n: dict[tuple[str, str | None, str], int] = {}
@@ -167,7 +209,7 @@ def profile_input(
     span: dict[str, int] = {}
     for (dev, _), low in lo.items():
         span[dev] = span.get(dev, 0) + hi[(dev, _)] - low + 1
-    return max(span.values(), default=0), {g for g, c in n.items() if c > exact_max}
+    return max(span.values(), default=0), {g for g, c in n.items() if c > exact_max}, sum(span.values())
 
 
 # Sort keys of the tables: the driver sorts the small ones (no global sort in Spark); the oracle
@@ -196,7 +238,7 @@ def collect_small(tables: dict[str, DataFrame]) -> dict[str, Any]:
     """The small tables in ONE Spark job (stacked, one toArrow), split and sorted on the driver."""
     import pyarrow.compute as pc
 
-    stacked = T.transform_stack(tables).toArrow()
+    stacked = to_arrow(T.transform_stack(tables))
     out = {}
     for name, df in tables.items():
         part = stacked.filter(pc.equal(stacked.column("_part"), name)).select(df.columns)

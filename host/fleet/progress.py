@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import IO, Any
@@ -21,8 +20,8 @@ class Progress:
         self.tick = tick
         self.t0 = time.monotonic()
         self.timings: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._handler: Any = None
+        self._spark: Any = None
 
     def log(self, msg: str) -> None:
         if self.enabled:
@@ -37,38 +36,32 @@ class Progress:
         self.log("%s done in %.1fs" % (name, self.timings[name]))
 
     def watch(self, spark: Any) -> None:
-        """Every `tick` seconds, the task counts of the active Spark stages (classic sessions: the
-        status tracker). A Spark Connect session has no status tracker: there the stage lines
-        and timings are the progress."""
-        if not self.enabled or self._thread is not None:
-            return
-        tracker = _status_tracker(spark)
-        if tracker is None:
-            return
+        """Under Spark Connect, the task counts of the running Spark stages at most every `tick`
+        seconds, from the progress the server sends with each result (registerProgressHandler).
+        A classic session has no such handler: there the stage lines and timings are the
+        progress (and Spark's own console progress bar, spark.ui.showConsoleProgress)."""
+        from leadwire.fleet.session import is_connect
 
-        def run() -> None:
-            while not self._stop.wait(self.tick):
-                try:
-                    for sid in tracker.getActiveStageIds():
-                        info = tracker.getStageInfo(sid)
-                        if info is not None and info.numTasks > 0:
-                            self.log(
-                                "  spark stage %d: %d/%d tasks" % (sid, info.numCompletedTasks, info.numTasks)
-                            )
-                except Exception:  # the JVM may be going away
-                    return
+        if not self.enabled or self._handler is not None or not is_connect(spark):
+            return
+        last = [0.0]
 
-        self._thread = threading.Thread(target=run, name="fleet-progress", daemon=True)
-        self._thread.start()
+        def handler(stages: Any, inflight_tasks: int, operation_id: Any, done: bool) -> None:
+            now = time.monotonic()
+            if done or now - last[0] < self.tick:
+                return
+            last[0] = now
+            for st in stages or ():
+                if not st.done and st.num_tasks > 0:
+                    self.log(
+                        "  spark stage %d: %d/%d tasks" % (st.stage_id, st.num_completed_tasks, st.num_tasks)
+                    )
+
+        self._handler = handler
+        self._spark = spark
+        spark.registerProgressHandler(handler)
 
     def close(self) -> None:
-        self._stop.set()
-
-
-def _status_tracker(spark: Any) -> Any:
-    """The session's status tracker, or None where there is none (Spark Connect)."""
-    from leadwire.fleet.session import is_connect
-
-    if is_connect(spark):
-        return None
-    return spark.sparkContext.statusTracker()
+        if self._handler is not None:
+            self._spark.removeProgressHandler(self._handler)
+            self._handler = None

@@ -96,6 +96,39 @@ PARTITION_SOURCE: dict[str, str] = {
     "boots": "first_seen_ts",
 }
 
+# What a NOT NULL column reads as where a file lacks it (an export from an older bridge), as SQL
+# text over the row's other columns. The columns not listed here (a lead domain's key, the
+# order and time of an arrival, the bridge's lead and duplicate flag, a recovery's range and
+# cause) have no meaningful default: a file without one is refused in one line. A column a file
+# has that the contract does not (a newer bridge's) is not read.
+COLUMN_DEFAULTS: dict[str, dict[str, str]] = {
+    "arrivals": {
+        "boots": "CAST(0 AS BIGINT)",
+        "retransmission": "false",
+        "priority": "0",
+        "payload_bytes": "0",
+        "frame_bytes": "0",
+        "host_commit_ts": "host_rx_ts",
+        "firmware_version": "'unknown'",
+        "transport": "'unknown'",
+        "bridge_id": "'unknown'",
+    },
+    "losses": {
+        "recovered": "CAST(0 AS BIGINT)",
+        "firmware_version": "'unknown'",
+        "transport": "'unknown'",
+        "bridge_id": "'unknown'",
+    },
+    "boots": {
+        "boots": "CAST(0 AS BIGINT)",
+        "firmware_version": "'unknown'",
+        "board": "'unknown'",
+        "transport": "'unknown'",
+        "detected_by": "'hello'",
+        "bridge_id": "'unknown'",
+    },
+}
+
 KINDS = ("event", "report")
 TRANSPORTS = ("udp", "serial", "sim")
 LOSS_CAUSES = ("overrun", "restart", "first_contact")

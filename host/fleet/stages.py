@@ -18,18 +18,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from leadwire.fleet import transforms as T
+from leadwire.fleet.arrow import to_arrow
 from leadwire.fleet.extract import DateRange, Inputs, extract
-from leadwire.fleet.fs import (
-    copy_tree,
-    delete,
-    is_local,
-    join,
-    list_dates,
-    local_path,
-    qualify,
-    read_text,
-    write_text,
-)
+from leadwire.fleet.fs import join, list_dates, read_text, write_text
 from leadwire.fleet.options import BadInput
 from leadwire.fleet.plan import (
     DATED_TABLES,
@@ -60,6 +51,8 @@ class JobSpec:
     exact_max_values: int = T.EXACT_MAX_VALUES
     report: bool = True
     webhook: str | None = None  # where the regression flags are POSTed (rollout_stage.stage_flags)
+    incremental: bool = False  # read only the files no earlier run read (incremental.py)
+    late_days: int = 2  # incremental: partitions this many days before the newest are listed again
 
 
 @dataclass
@@ -77,12 +70,14 @@ class Run:
     tables: dict[str, DataFrame] = field(default_factory=dict)
     devices: Any = None  # pyarrow Table of the devices table, sorted by device_id
     rows: int = 0
+    rows_read: int = 0  # arrival rows read from the export
     collected: dict[str, Any] = field(default_factory=dict)  # small tables (pyarrow), by name
     summary: dict[str, Any] = field(default_factory=dict)
-    local_out: bool = True
+    out_local: str | None = None  # OUT's OS path when it is on this process's disk (fs.driver_path)
     local_dir: str = ""  # where the driver writes (OUT itself when local, else a staging folder)
     # undone when the run ends, also by an exception (staging folder, a changed conf)
     cleanup: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    extra: dict[str, Any] = field(default_factory=dict)  # what a mode's own stages hand on
 
 
 Stage = Callable[[Run], None]
@@ -114,15 +109,14 @@ def stage_tables(run: Run) -> None:
             log=lambda msg: run.prog.log("  " + msg),
         )
         run.tables["_by_device"].unpersist()  # the stage is computed: the arrivals are not read again
-        run.devices = sort_table(run.tables["devices"].toArrow(), ["device_id"])
-        run.rows = int(pc.sum(run.devices.column("messages")).as_py() or 0)
+        run.devices = sort_table(to_arrow(run.tables["devices"]), ["device_id"])
+        run.rows = run.rows_read = int(pc.sum(run.devices.column("messages")).as_py() or 0)
         if run.rows == 0:
             raise BadInput(
                 "%s: no arrival rows%s" % (join(spec.input_dir, "arrivals"), spec.dates.describe())
             )
         run.prog.log("  %d arrival rows, %d devices" % (run.rows, run.devices.num_rows))
     _small_partitions(run)
-    run.local_out = is_local(run.spark, spec.out_dir)
 
 
 def stage_write_executor_tables(run: Run) -> None:
@@ -145,14 +139,15 @@ def stage_load(run: Run) -> None:
     spec = run.spec
     row = run.collected["summary"].to_pylist()[0]
     n_mismatch = int(row["lead_mismatches"]) + int(row["dup_flag_mismatches"])
-    if run.local_out:
-        run.local_dir = local_path(qualify(run.spark, spec.out_dir))
-    else:
+    if run.out_local is not None:
+        run.local_dir = run.out_local
+    else:  # kept when the report is written there (stage_publish says where)
         run.local_dir = tempfile.mkdtemp(prefix="leadwire-fleet-")
-        run.cleanup.callback(shutil.rmtree, run.local_dir, ignore_errors=True)
+        if not spec.report:
+            run.cleanup.callback(shutil.rmtree, run.local_dir, ignore_errors=True)
     with run.prog.stage("load %s" % spec.out_dir):
         os.makedirs(run.local_dir, exist_ok=True)
-        mismatch_rows, head = _mismatches(run.spark, run.tables["_mismatches"], spec.out_dir, n_mismatch)
+        mismatch_rows, head = _mismatches(run, n_mismatch)
         if head is not None:
             run.collected["mismatches"] = head
             run.prog.log(
@@ -166,6 +161,7 @@ def stage_load(run: Run) -> None:
         run.summary = {k: _plain(v) for k, v in row.items()}
         run.summary.update(
             rows=run.rows,
+            rows_read=run.rows_read,
             mismatch_rows=mismatch_rows,
             window_seconds=spec.window_seconds,
             input_dir=spec.input_dir,
@@ -189,13 +185,33 @@ def stage_report(run: Run) -> None:
 
 
 def stage_publish(run: Run) -> None:
-    """The staged driver files copied to a non-local OUT; the run's state recorded last, so that
-    a run that failed before is repeated by the next --daily."""
+    """An OUT not on this disk gets the small tables and summary.json from Spark's writers (the
+    report stays in the local folder, logged); the run's state is recorded last, so that a run
+    that failed before is repeated by the next --daily."""
+    publish_remote(run)
     spark, out = run.spark, run.spec.out_dir
-    if not run.local_out:
-        copy_tree(spark, run.local_dir, out)
-    seen = [run.last_input_date, read_state(spark, out).get("last_date")]
-    write_text(spark, join(out, STATE_FILE), json.dumps({"last_date": max(d for d in seen if d)}))
+    doc = read_state(spark, out, run.out_local)
+    doc["last_date"] = max(d for d in [run.last_input_date, doc.get("last_date")] if d)
+    write_text(spark, join(out, STATE_FILE), json.dumps(doc, sort_keys=True), run.out_local)
+
+
+def publish_remote(run: Run) -> None:
+    """For an OUT this process cannot write to: each small table as one Parquet and one CSV file
+    in a directory of its name (Spark's writers, one partition), summary.json by write_text."""
+    if run.out_local is not None:
+        return
+    spark, out = run.spark, run.spec.out_dir
+    if run.spec.report:
+        run.summary["report_dir"] = run.local_dir
+    for name, tbl in run.collected.items():
+        if not tbl.num_rows:
+            continue
+        df = _from_arrow(spark, tbl)
+        df.coalesce(1).write.mode("overwrite").parquet(join(out, "parquet", name + ".parquet"))
+        df.coalesce(1).write.mode("overwrite").option("header", "true").csv(join(out, "csv", name + ".csv"))
+    write_text(spark, join(out, "summary.json"), json.dumps(run.summary, indent=2, sort_keys=True), None)
+    if run.spec.report:
+        run.prog.log("  report (on this machine): %s" % os.path.join(run.local_dir, "index.html"))
 
 
 STAGES: list[Stage] = [
@@ -220,15 +236,29 @@ def run_stages(run: Run, stages: list[Stage] | None = None) -> dict[str, Any]:
     return run.summary
 
 
+# Set to "committer" where the output committer replaces the partitions a job writes itself (the
+# S3A partitioned staging committer with fs.s3a.committer.staging.conflict-mode=replace), which
+# refuses Spark's dynamic partition overwrite: the dated days are then written in append mode
+# and the committer replaces them (docs/fleet.md, S3).
+PARTITION_OVERWRITE_CONF = "spark.leadwire.fleet.partitionOverwrite"
+
+
 def write_executor_table(name: str, df: DataFrame, out_dir: str, dynamic: bool) -> None:
     """DataFrameWriter into OUT/parquet/<name>.parquet/ (a directory of part files); the dated
     tables partitioned by date, and with dynamic=True (a date-range run) only the dates this run
-    wrote are replaced."""
+    wrote are replaced (Spark's dynamic partition overwrite, or the committer's: see
+    PARTITION_OVERWRITE_CONF)."""
     path = join(out_dir, "parquet", name + ".parquet")
     w = df
     if name in DATED_TABLES:
         w = df.withColumn(PARTITION_COLUMN, F.date_format("window_start", "yyyy-MM-dd"))
-    writer = w.write.mode("overwrite").option("partitionOverwriteMode", "dynamic" if dynamic else "static")
+    by_committer = dynamic and df.sparkSession.conf.get(PARTITION_OVERWRITE_CONF, "spark") == "committer"
+    if by_committer:
+        writer = w.write.mode("append")
+    else:
+        writer = w.write.mode("overwrite").option(
+            "partitionOverwriteMode", "dynamic" if dynamic else "static"
+        )
     if name in DATED_TABLES:
         writer = writer.partitionBy(PARTITION_COLUMN)
     writer.parquet(path)
@@ -245,16 +275,27 @@ def _write_local_tables(tables: dict[str, Any], local_dir: str) -> None:
         pacsv.write_csv(tbl, os.path.join(local_dir, "csv", name + ".csv"))
 
 
-def read_state(spark: SparkSession, out_dir: str) -> dict[str, Any]:
+def _from_arrow(spark: SparkSession, tbl: Any) -> DataFrame:
+    """A small pyarrow Table as a DataFrame with its column types (a column of nulls only keeps
+    its type: CSV cannot write Spark's VOID); an all-null column of Arrow's null type as string."""
+    import pyarrow as pa
+
+    for i, f in enumerate(tbl.schema):
+        if pa.types.is_null(f.type):
+            tbl = tbl.set_column(i, f.name, pa.nulls(tbl.num_rows, pa.string()))
+    return spark.createDataFrame(tbl)
+
+
+def read_state(spark: SparkSession, out_dir: str, out_local: str | None) -> dict[str, Any]:
     """What the previous run into out_dir recorded ({} when none did)."""
-    text = read_text(spark, join(out_dir, STATE_FILE))
+    text = read_text(spark, join(out_dir, STATE_FILE), out_local)
     return json.loads(text) if text else {}
 
 
-def daily_range(spark: SparkSession, out_dir: str) -> DateRange:
+def daily_range(spark: SparkSession, out_dir: str, out_local: str | None) -> DateRange:
     """The daily mode's range: from the last date the previous run of this --out saw (that day
     again: the export may have added rows to it since) to the end; a full run the first time."""
-    last = read_state(spark, out_dir).get("last_date")
+    last = read_state(spark, out_dir, out_local).get("last_date")
     return DateRange(first=last) if last else DateRange()
 
 
@@ -270,16 +311,20 @@ def _small_partitions(run: Run) -> None:
     run.cleanup.callback(spark.conf.set, "spark.sql.shuffle.partitions", old)
 
 
-def _mismatches(spark: SparkSession, mm: DataFrame, out_dir: str, n_mismatch: int) -> tuple[int, Any]:
+def _mismatches(run: Run, n_mismatch: int) -> tuple[int, Any]:
     """Write the rows that disagree with the bridge (computed with the stage, no second pass) to
     OUT/mismatches/ (executors); return their count and the first MISMATCH_CSV_ROWS of them,
-    sorted on the driver, for the report."""
-    path = join(out_dir, "mismatches")
+    sorted on the driver, for the report. None: a stale earlier run's rows are removed."""
+    mm = run.tables["_mismatches"]
+    path = join(run.spec.out_dir, "mismatches")
     if not n_mismatch:
-        delete(spark, path)  # a stale earlier run
+        if run.out_local is not None:
+            shutil.rmtree(os.path.join(run.out_local, "mismatches"), ignore_errors=True)
+        else:
+            mm.limit(0).write.mode("overwrite").parquet(path)
         return 0, None
     mm.write.mode("overwrite").parquet(path)
-    head = mm.limit(MISMATCH_CSV_ROWS + 1).toArrow()  # the count comes with it when it is small
+    head = to_arrow(mm.limit(MISMATCH_CSV_ROWS + 1))  # the count comes with it when it is small
     n = head.num_rows if head.num_rows <= MISMATCH_CSV_ROWS else mm.count()
     return n, sort_table(head.slice(0, MISMATCH_CSV_ROWS), [*T.LEAD_KEY, "arrival"])
 

@@ -205,6 +205,17 @@ def transform_arrivals(arrivals: DataFrame, window_seconds: int = 3600) -> DataF
     ).selectExpr(*_bq(ARRIVAL_COLS))
 
 
+def transform_by_device_bucket(arrivals: DataFrame, bucket_bits: int = 16) -> DataFrame:
+    """Arrivals hash-partitioned by (device_id, arrival bucket) instead of the device alone: for a
+    fleet with a hot device, whose rows would otherwise all be in one task. A bucket holds at
+    most 2^bucket_bits arrival counters per bridge, so no task holds more than the buckets that
+    hash to it. The lead-domain passes then run per (domain, bucket) with the carried state
+    broadcast (transform_lead_carry(broadcast=True)), and the second pass's windows get an
+    exchange by (domain, useq bucket) of their own: bounded pieces again."""
+    by = "shiftright(arrival, %d)" % bucket_bits
+    return arrivals.repartition("device_id", F.expr(by)).select(*arrivals.columns)
+
+
 def transform_by_device(arrivals: DataFrame) -> DataFrame:
     """Arrivals hash-partitioned by device_id (into spark.sql.shuffle.partitions parts): the job's
     only shuffle of the per-arrival rows.
@@ -238,13 +249,14 @@ _WHOLE_DOMAIN = "PARTITION BY %s" % ", ".join(_bq(_DOMAIN_KEYS))
 BUCKET_BITS = 16
 
 
-def _carry_join(rows: DataFrame, carry: DataFrame, keys: list[str]) -> DataFrame:
+def _carry_join(rows: DataFrame, carry: DataFrame, keys: list[str], broadcast: bool = False) -> DataFrame:
     """rows joined with their bucket's carried state: a sort-merge join on the domain and bucket
     keys (the hint keeps the planner from broadcasting: a job of its own per run). Both sides are
     hash-partitioned by device_id, so with spark.sql.requireAllClusterKeysForCoPartition=false
-    (job.TUNING_CONF) the join needs no exchange, and the rows come sorted by the keys from their
-    window already."""
-    return rows.join(carry.hint("merge"), on=keys, how="inner")
+    (session.TUNING_CONF) the join needs no exchange, and the rows come sorted by the keys from
+    their window already. broadcast=True (rows partitioned by device and bucket: the carried
+    state, one row per bucket, is not partitioned like them): the state broadcast to every task."""
+    return rows.join(carry.hint("broadcast" if broadcast else "merge"), on=keys, how="inner")
 
 
 def transform_lead_buckets(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> DataFrame:
@@ -275,7 +287,7 @@ def transform_lead_buckets(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> Dat
     return df.selectExpr("*", "max(_l) OVER (%s %s) AS _lmax" % (spec, _FROM_START % "1 PRECEDING"))
 
 
-def transform_lead_carry(df: DataFrame) -> DataFrame:
+def transform_lead_carry(df: DataFrame, broadcast: bool = False) -> DataFrame:
     """Step 2 of transform_leads: every bucket's prefix state from the buckets before it in its
     domain, from one summary row per (domain, arrival bucket): the useq of its first arrival
     (`_start`: the previous bucket's last useq plus the wrap-safe step to this bucket's first
@@ -307,7 +319,7 @@ def transform_lead_carry(df: DataFrame) -> DataFrame:
     carry = summ.selectExpr(
         *_bq(keys), "_start", "_pos0", "max(_start + _lmax_b) OVER (%s) AS _max0" % before
     )
-    out = _carry_join(df, carry, keys)
+    out = _carry_join(df, carry, keys, broadcast)
     return out.selectExpr(
         *_bq(DOMAIN_COLS),
         "domain_hash",

@@ -188,3 +188,29 @@ def test_spark_submit_entry_runs_as_a_script_without_leadwire_installed(tmp_path
     )
     assert res.returncode == 0, res.stderr
     assert "--input" in res.stdout
+
+
+def test_a_newer_bridges_column_is_not_read_an_older_exports_missing_one_gets_its_default(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    tables, _ = generate(SynthConfig(rows=600, devices=2, days=1, seed=4))
+    arr = tables["arrivals"]
+    half = arr.num_rows // 2
+    old = arr.slice(0, half).drop_columns(["priority", "frame_bytes", "host_commit_ts", "transport"])
+    new = arr.slice(half).append_column("rssi", pa.array([-60] * (arr.num_rows - half), pa.int32()))
+    day = tmp_path / "export" / "arrivals" / "date=2026-01-01"
+    day.mkdir(parents=True)
+    pq.write_table(old, day / "part-old.parquet")
+    pq.write_table(new, day / "part-new.parquet")
+    s = run_job(str(tmp_path / "export"), str(tmp_path / "out"), spark, progress=False, report=False)
+    assert s["messages"] == arr.num_rows and s["lead_mismatches"] == 0 and s["dup_flag_mismatches"] == 0
+    by_transport = pq.read_table(tmp_path / "out" / "parquet" / "by_transport.parquet").to_pydict()
+    counts = dict(zip(by_transport["transport"], by_transport["messages"], strict=True))
+    assert counts["unknown"] == half and sum(counts.values()) == arr.num_rows
+    # a key column has no default: a file without it is refused in one line
+    keyless = arr.drop_columns(["seq"])
+    bad = tmp_path / "keyless" / "arrivals" / "date=2026-01-01"
+    bad.mkdir(parents=True)
+    pq.write_table(keyless, bad / "part-0.parquet")
+    with pytest.raises(BadInput, match=r"^arrivals: null seq \(NOT NULL in the contract\) in file:"):
+        run_job(str(tmp_path / "keyless"), str(tmp_path / "out2"), spark, progress=False, report=False)

@@ -108,3 +108,54 @@ def test_skewed_fleet_equals_truth_and_oracle(skew_run) -> None:
     assert check_fleet_latency(str(export), got, 1000, APPROX_ACCURACY) == []
     assert got["latency"]["n"].min() > 1000  # the fleet groups were approximate
     # (per-device percentiles stay exact: `devices` is among the tables equal to the oracle's)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_a_hot_device_is_shuffled_by_device_and_bucket_and_still_equals_the_oracle(
+    spark, tmp_path: Path
+) -> None:
+    """One device with half the rows in one lead domain: shuffled by device alone it is one task;
+    by (device, arrival bucket) the largest task holds at most 3x the median's rows, and the whole
+    job (which picks that shuffle from its input profile) equals the DuckDB oracle."""
+    pytest.importorskip("duckdb")
+    from pyspark.sql import functions as F
+
+    from leadwire.fleet import transforms
+    from leadwire.fleet.job import TABLE_ORDER, Progress, run_job
+    from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
+
+    cfg = SynthConfig(rows=40_000, devices=8, hot_device_share=0.5, seed=13)
+    tables, truth = generate(cfg)
+    write_export(tables, str(tmp_path / "export"))
+    mp = pytest.MonkeyPatch()
+    mp.setattr(transforms, "BUCKET_BITS", 10)  # 2^10 arrivals a bucket: the hot device is ~20 buckets
+    old = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    try:
+        arr = transforms.transform_arrivals(spark.read.parquet(str(tmp_path / "export" / "arrivals")))
+
+        def tasks(df: object) -> list[int]:
+            counts = df.groupBy(F.spark_partition_id().alias("p")).count().collect()  # type: ignore[attr-defined]
+            return sorted(r["count"] for r in counts)
+
+        by_device = tasks(transforms.transform_by_device(arr))
+        by_bucket = tasks(transforms.transform_by_device_bucket(arr, 10))
+        assert sum(by_bucket) == sum(by_device) == tables["arrivals"].num_rows
+        assert by_device[-1] >= 0.5 * sum(by_device)  # the hot device's task
+        assert by_bucket[-1] <= 3 * float(np.median(by_bucket)), by_bucket
+        log = io.StringIO()
+        summary = run_job(
+            str(tmp_path / "export"),
+            str(tmp_path / "out"),
+            spark,
+            report=False,
+            progress=Progress(stream=log),
+        )
+        assert "shuffled by device and bucket" in log.getvalue()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", old)
+        mp.undo()
+    assert summary["messages"] == truth.totals["rows"]
+    got = read_job_tables(str(tmp_path / "out"), TABLE_ORDER)
+    assert compare_tables(got, run_oracle(str(tmp_path / "export")), TABLE_ORDER) == []
