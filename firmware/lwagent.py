@@ -434,6 +434,8 @@ class Agent:
                 h[_DROP] += 1
                 print("agent:", repr(e))
 
+    # One coroutine on purpose (over ~100 lines): every function the board keeps costs heap for its
+    # bytecode, and the pass's state lives in this frame's locals instead of attributes.
     async def sources(self):
         k = self.k
         h = self.h

@@ -155,6 +155,8 @@ class ClientState:
     recovery: Loss | None = None  # a recovery phase still open when the state was saved
 
 
+# A little over ~400 lines: what is left here are the poll rules' entry points (answers, timeouts,
+# sends), which read and write the same fields; the concerns that could leave did (timing, push, rows).
 class DeviceClient(RequestTiming, PushSessions, Rows):
     """One device's client (the module docstring); its concerns in their own modules: request
     timing (timing.py), push sessions (push.py), output rows and counters (rows.py)."""

@@ -216,6 +216,8 @@ def _releases(tables: dict[str, pa.Table]) -> tuple[dict[str, Any], dict[str, An
     return rel[-1], rel[-2]
 
 
+# The state-of-the-fleet tiles in page order, one after another (over ~100 lines): each is a few
+# lines of its own, and reading them in the order the page shows them is the point.
 def _tiles(s: dict[str, Any], tables: dict[str, pa.Table], prev: dict[str, Any] | None = None) -> str:
     g = s.get
     p = (prev or {}).get
