@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from leadwire import messages, wire
+from leadwire import frames, messages, wire
+from leadwire.reassembly import Reassembler
 from leadwire.tools.board import start_board
 from leadwire.tools.firmware_build import build
 from leadwire.tools.wireclient import Client, SerialLink
@@ -142,7 +143,8 @@ def test_emitter_keeps_order_and_counts_what_it_could_not_hold(tmp_path: Path) -
 def test_application_channel_and_alarm_are_pushed(tmp_path: Path) -> None:
     """A SUBSCRIBE naming the application's channel (Agent.channel) and the alarm channel: the
     reports carry its readings, consecutive, and its alarm (code 128) comes as a NOTIFY of its own
-    on the alarm channel."""
+    on the alarm channel. A report of many readings spans several NOTIFY frames (spec 002): they are
+    reassembled into messages, as the bridge does, before the records are read."""
     d = tmp_path / "board"
     build("unix", d)
     (d / "main.py").write_text(PUSH_APP)
@@ -154,18 +156,25 @@ def test_application_channel_and_alarm_are_pushed(tmp_path: Path) -> None:
             assert messages.decode_ack(ack)[1] == 200
             readings: list[int] = []
             alarms: list[tuple[int, int]] = []
+            reasm = Reassembler(max_messages=16, max_bytes=65536)
+            channel_of: dict[int, int] = {}  # message id -> the channel its frames came on
             end = time.monotonic() + 10
             while time.monotonic() < end and not (alarms and len(readings) >= 30):
                 f = c.recv([wire.NOTIFY], 1.0)
                 if f is None:
                     continue
-                _, recs = messages.decode_records(f.payload)
-                if f.channel == 3:
+                c.send(messages.ack_frame(f.seq, 200, f.channel))
+                channel_of.setdefault(f.message_id, f.channel)
+                m = reasm.feed(frames.Frame(f.message_id, f.index, f.last, f.priority, f.payload))
+                if m is None or m.is_close:
+                    continue
+                _, recs = messages.decode_records(m.data)
+                if channel_of.pop(m.message_id) == 3:
                     readings += [int.from_bytes(x, "big") for ch, x in recs if ch == 3]
                 else:
                     alarms += [messages.decode_alarm(x) for ch, x in recs if ch == 9]
-                c.send(messages.ack_frame(f.seq, 200, f.channel))
         finally:
             c.close()
+    assert reasm.dropped == 0
     assert alarms == [(128, 40)]
     assert len(readings) >= 30 and readings == list(range(readings[0], readings[0] + len(readings)))
