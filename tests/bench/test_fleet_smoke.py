@@ -28,5 +28,8 @@ def test_fleet_phase_two_shards_and_a_before_ref(tmp_path: Path) -> None:
     assert sorted(x["code"] for x in runs) == ["before", "now"]
     for x in runs:
         assert (x["devices"], x["devices_polled"], x["shards"], x["silent"]) == (12, 12, 2, 0)
-        assert x["round_trips_per_s"] > 0 and x["bridge_cpu_us_per_rt"] > 0 and x["sim_cpu_us_per_rt"] > 0
+        assert x["round_trips_per_s"] > 0 and x["bridge_cpu_us_per_rt"] > 0
+        # process CPU is counted in clock ticks (10 ms): 12 simulated devices for 1 s on an idle host
+        # can stay under one tick, so their figure is only required to be there
+        assert x["sim_cpu_us_per_rt"] >= 0
     assert "ratio now / before, bridge_cpu_us_per_rt" in r.stdout
