@@ -56,7 +56,7 @@ def goodput(
     db = tmp / ("goodput-%d.db" % baud)
     burst_s = 512 * (GP_EVENT + 3) * 10 / baud
     # the bridge's timeouts are wall time: the emulator runs at ~0.3x when busy
-    # max_bytes: the frame less its 12-byte header and room to spare (1000 of 1024 as before)
+    # max_bytes: the frame less its 12-byte header, with room to spare: 1000 of 1024
     doc = bridge_doc(db, {"serial": board.port, "baud": baud}, frame - 24, round(4 * (2 * burst_s + 0.5), 2))
     doc["polling"]["pipeline"] = True  # the next POLL goes out before the burst ends: hides latency
     clocks: list[dict[str, Any]] = []
