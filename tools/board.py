@@ -232,6 +232,7 @@ class VirtualBoard:
         self.relay = relay
         self.proc: subprocess.Popen[bytes] | None = None
         self._console_at = 0
+        self.temporary = False  # the launcher made `dir`: close() removes it
 
     # -- what the host uses ------------------------------------------------------------------
 
@@ -336,6 +337,8 @@ class VirtualBoard:
         self.power_off()
         if self.relay is not None:
             self.relay.close()
+        if self.temporary:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> VirtualBoard:
         return self
@@ -392,8 +395,8 @@ def start_board(
 
     `config` is the device config (dict or JSON file); the launcher adds the link settings
     (loopback UDP port, pty path). `board_dir` is the board's flash (a new temporary directory if
-    None; reuse it to reboot the same board). `key`: None, "auto" or hex (module docstring); the
-    board's `.key`. The caller owns the board: close() it.
+    None, removed by close(); reuse a directory of your own to reboot the same board). `key`: None,
+    "auto" or hex (module docstring); the board's `.key`. The caller owns the board: close() it.
     """
     if transport not in TRANSPORTS:
         raise ValueError("transport must be one of %s" % ", ".join(TRANSPORTS))
@@ -423,6 +426,7 @@ def start_board(
         if transport != "repl":
             (d / "config.json").write_text(json.dumps(cfg, indent=1))
         board = VirtualBoard(transport, d, heap, cfg, port, relay, hexkey)
+        board.temporary = board_dir is None
         try:
             board.power_on(timeout)
         except BoardError as e:
@@ -539,6 +543,7 @@ class PicoBoard:
         self._events: list[dict[str, Any]] = []
         self._cond = threading.Condition()
         self._console_at = 0
+        self.temporary = False  # the launcher made `dir`: close() removes it
 
     @property
     def port(self) -> str | None:
@@ -775,6 +780,8 @@ class PicoBoard:
         for r in (self._repl, self._uart):
             if r is not None:
                 r.close()
+        if self.temporary:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> PicoBoard:
         return self
@@ -803,9 +810,9 @@ def start_pico(
     agent: bool = False,
     wifi: dict[str, Any] | None = None,
 ) -> PicoBoard:
-    """Start an emulated Pico on `board_dir` (its flash; a new temporary directory if None); returns
-    when its USB REPL is up (`agent`: when the flashed agent says ready). `wifi` ({"ssid", "key",
-    "port"}): a Pico W (see PicoBoard). The caller closes it."""
+    """Start an emulated Pico on `board_dir` (its flash; if None a temporary directory that close()
+    removes); returns when its USB REPL is up (`agent`: when the flashed agent says ready). `wifi`
+    ({"ssid", "key", "port"}): a Pico W (see PicoBoard). The caller closes it."""
     uf2, rom = pico_files(firmware, bootrom, bool(wifi))
     missing = pico_missing(uf2, rom, bool(wifi))
     if missing:
@@ -813,6 +820,7 @@ def start_pico(
     d = Path(board_dir) if board_dir else Path(tempfile.mkdtemp(prefix="leadwire-pico-"))
     d.mkdir(parents=True, exist_ok=True)
     b = PicoBoard(d, uf2, rom, speed, wifi)
+    b.temporary = board_dir is None
     try:
         b.power_on(timeout, agent)
     except BaseException:
@@ -952,9 +960,7 @@ def board(
         pass
     assert b.proc is not None
     code = b.proc.poll()
-    b.close()
-    if board_dir is None and (kind.startswith("pico") or transport != "repl"):
-        shutil.rmtree(b.dir, ignore_errors=True)
+    b.close()  # a directory the launcher made goes with it
     if stopping.is_set():
         sys.exit(0)
     sys.exit(0 if code in (0, -signal.SIGKILL) else code)
