@@ -118,3 +118,29 @@ def check_fleet_latency(export_dir: str, tables: dict[str, Any], exact_max: int,
         if not ok:
             diffs.append("%s %s %s p%d: %r (n=%d)" % (name, key or "fleet", m, q, got, n))
     return diffs
+
+
+# the rollout's regression table (rollout.py): one row per (release, metric) against the release
+# before it; the webhook's document (webhook.py) carries a subset of these by name
+REGRESSION_COLS = [
+    "firmware_version",
+    "previous_version",
+    "metric",
+    "devices_seen",
+    "rate",
+    "lo",
+    "hi",
+    "previous_devices_seen",
+    "previous_rate",
+    "previous_lo",
+    "previous_hi",
+    "regression",
+    "moved_devices",
+    "before_rate",
+    "before_lo",
+    "before_hi",
+    "after_rate",
+    "after_lo",
+    "after_hi",
+    "same_devices_regression",
+]

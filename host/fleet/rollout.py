@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from .columns import REGRESSION_COLS
 from .transforms import LATENCY_WIDE, _bq, _latency_pivot
 
 Z = 1.959963984540054  # two-sided 95%
@@ -76,28 +77,6 @@ WINDOW_COLS = ["firmware_version", "window_start", "devices", *RATE_COLS, *LATEN
 RELEASE_COLS = ["firmware_version", "devices", "first_rx_us", *RATE_COLS, *LATENCY_WIDE]
 COHORT_COLS = ["firmware_version", "cohort", *RATE_COLS]
 BEFORE_AFTER_COLS = ["from_version", "to_version", "side", *RATE_COLS]
-REGRESSION_COLS = [
-    "firmware_version",
-    "previous_version",
-    "metric",
-    "devices_seen",
-    "rate",
-    "lo",
-    "hi",
-    "previous_devices_seen",
-    "previous_rate",
-    "previous_lo",
-    "previous_hi",
-    "regression",
-    "moved_devices",
-    "before_rate",
-    "before_lo",
-    "before_hi",
-    "after_rate",
-    "after_lo",
-    "after_hi",
-    "same_devices_regression",
-]
 ROLLOUT_TABLES = (
     "rollout_windows",
     "rollout_releases",

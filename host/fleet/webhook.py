@@ -23,29 +23,17 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .columns import REGRESSION_COLS
+
 EXIT_OK = 0
 EXIT_REGRESSION = 3
 EXIT_WEBHOOK_FAILED = 4
 FLAGS_FILE = "regressions.json"
 RETRIES = 3
-# the columns of a flagged row that go into the document (rollout.REGRESSION_COLS)
-FLAG_FIELDS = (
-    "firmware_version",
-    "previous_version",
-    "metric",
-    "devices_seen",
-    "rate",
-    "lo",
-    "hi",
-    "previous_devices_seen",
-    "previous_rate",
-    "previous_lo",
-    "previous_hi",
-    "moved_devices",
-    "before_rate",
-    "after_rate",
-    "same_devices_regression",
-)
+# the columns of a flagged row that go into the document: the regression table's, less the flag
+# itself (every row in the document is flagged) and the before/after intervals' bounds
+_NOT_SENT = ("regression", "before_lo", "before_hi", "after_lo", "after_hi")
+FLAG_FIELDS = tuple(c for c in REGRESSION_COLS if c not in _NOT_SENT)
 
 
 class WebhookError(Exception):
