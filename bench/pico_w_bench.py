@@ -21,29 +21,23 @@ included), not the 802.11 medium, so the Wi-Fi figure is the board's ceiling, no
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
-from leadwire.tools.benchbridge import bridge_doc, run_bridge
+from leadwire.tools.benchbridge import bridge_doc
 from leadwire.tools.board import PICO_W_KEY, PICO_W_SSID, PicoBoard, pico_files, pico_missing
-from leadwire.tools.picobench import FRAME, GP_EVENT, HZ, goodput, heap_auth
+from leadwire.tools.picobench import FRAME, GP_EVENT, bridge_run, goodput, heap_auth, log
 from leadwire.tools.picohil import configure, flashed_pico
 
 UDP_FRAME = 1472  # the largest UDP frame the agent takes (one Ethernet MTU)
 UDP_OFFER = 6000  # events/s the sensor offers over Wi-Fi: more than the board's CPU answers
 WLAN = {"ssid": PICO_W_SSID, "key": PICO_W_KEY}
 NET = {**WLAN, "port": 4210}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def udp_goodput(board: PicoBoard, tmp: Path, warmup: float, seconds: float, hz: int) -> dict[str, Any]:
@@ -65,24 +59,8 @@ def udp_goodput(board: PicoBoard, tmp: Path, warmup: float, seconds: float, hz: 
     # the bridge's timeouts are wall time: the emulator runs at ~0.3x when busy
     doc = bridge_doc(tmp / "goodput-udp.db", {"udp": "%s:%d" % board.address}, UDP_FRAME - 24, 1.0)
     doc["polling"]["pipeline"] = True
-    clocks: list[dict[str, Any]] = []
-    res = asyncio.run(run_bridge(doc, board.pid, warmup, seconds, lambda start: clocks.append(board.clock())))
-    c0, c1 = clocks
-    board_s = (c1["nanos"] - c0["nanos"]) / 1e9
-    stored = res["counters"].get("events_stored", 0)
-    cycles = c1["cycles"] - c0["cycles"]
-    r = {
-        "link": "udp",
-        "frame": UDP_FRAME,
-        "hz": hz,
-        "board_s": board_s,
-        "stored": stored,
-        "lost": res["counters"].get("overrun_lost", 0),
-        "events_per_s": stored / board_s,
-        "busy": cycles / (board_s * HZ),
-        "cycles_per_event": cycles / stored if stored else None,
-        "failed": res["failed"],
-    }
+    r = {"link": "udp", "frame": UDP_FRAME, "hz": hz, **bridge_run(board, doc, warmup, seconds)}
+    r["events_per_s"] = r["stored"] / r["board_s"]
     log("pico_w_bench: udp: %s" % json.dumps({k: r[k] for k in ("stored", "events_per_s", "busy")}))
     return r
 

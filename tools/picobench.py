@@ -59,31 +59,31 @@ def goodput(
     # max_bytes: the frame less its 12-byte header, with room to spare: 1000 of 1024
     doc = bridge_doc(db, {"serial": board.port, "baud": baud}, frame - 24, round(4 * (2 * burst_s + 0.5), 2))
     doc["polling"]["pipeline"] = True  # the next POLL goes out before the burst ends: hides latency
+    r = {"baud": baud, "frame": frame, "offer": offer, "hz": hz, "wall_s": seconds, "line": line}
+    r.update(bridge_run(board, doc, warmup, seconds))
+    r["goodput"] = r["stored"] * GP_EVENT / r["board_s"]
+    r["ratio"] = r["goodput"] / line
+    log("pico_bench: %d baud: %s" % (baud, json.dumps({k: r[k] for k in ("stored", "ratio", "busy")})))
+    return r
+
+
+def bridge_run(board: PicoBoard, doc: dict[str, Any], warmup: float, seconds: float) -> dict[str, Any]:
+    """The bridge `doc` polling `board` for `seconds` after `warmup`; what it stored and lost, and
+    the board's time and CPU over the measured window (the board's clock, not the host's)."""
     clocks: list[dict[str, Any]] = []
     res = asyncio.run(run_bridge(doc, board.pid, warmup, seconds, lambda start: clocks.append(board.clock())))
     c0, c1 = clocks
     board_s = (c1["nanos"] - c0["nanos"]) / 1e9
     stored = res["counters"].get("events_stored", 0)
-    lost = res["counters"].get("overrun_lost", 0)
     cycles = c1["cycles"] - c0["cycles"]
-    r = {
-        "baud": baud,
-        "frame": frame,
-        "offer": offer,
-        "hz": hz,
+    return {
         "board_s": board_s,
-        "wall_s": seconds,
         "stored": stored,
-        "lost": lost,
-        "goodput": stored * GP_EVENT / board_s,
-        "line": line,
-        "ratio": stored * GP_EVENT / board_s / line,
+        "lost": res["counters"].get("overrun_lost", 0),
         "busy": cycles / (board_s * HZ),
         "cycles_per_event": cycles / stored if stored else None,
         "failed": res["failed"],
     }
-    log("pico_bench: %d baud: %s" % (baud, json.dumps({k: r[k] for k in ("stored", "ratio", "busy")})))
-    return r
 
 
 def heap_auth(board: PicoBoard, seconds: float, net: dict[str, Any] | None = None) -> dict[str, Any]:
