@@ -245,7 +245,7 @@ class BoardFuzzer:
     # -- the run
     def start(self) -> None:
         for _ in range(5):  # HELLO, then the first-contact RECOVERY
-            if self.poll() and self.pc.state == client.POLLING and self.pc.recoveries:
+            if self.poll() and self.pc.polling and self.pc.recoveries:
                 return
         raise RuntimeError("the board does not answer")
 

@@ -299,7 +299,7 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
         pc = self.pc
         if self.auth is not None and not self.auth.live:
             pc.ask_hello()  # no session: every request before the handshake would be refused
-        if self.need_subscribe and pc.state == core.POLLING and not pc.hello_due:
+        if self.need_subscribe and pc.polling and not pc.hello_due:
             return self._subscribe_request()
         if now_s - self._last_hello_s >= self.poll_cfg.hello_interval:
             pc.ask_hello()  # periodic: catches a restart of a device whose ring is empty

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from leadwire import auth as core_auth
-from leadwire import client as core
 from leadwire import codec, u32, wire
 
 from .config import DeviceConfig, PollConfig
@@ -169,7 +168,7 @@ class RequestTiming:
             self._slow_rounds = 0
         self._silent_s += self.rto  # the RTO this request was armed with: waited at least that
         k = pc.consecutive_errors - 2
-        if k > 0 and pc.state == core.POLLING:
+        if k > 0 and pc.polling:
             pc.ask_hello()  # silent for a while: the device may have restarted
         if k > 0 and self._silent_s >= p.timeout * p.dead_silence:
             self._slow_rounds += 1

@@ -53,11 +53,60 @@
 # chase above). burst_from is the fragment index of the first EVENTS frame (pipelining counts the
 # frames still due from it). If the RECOVERY is lost, its EVENTS are ahead of s(n): stale (held
 # by leadwire.hold), and the next POLL gets the RECOVERY again.
+#
+# States (docs/protocol.md 6.1 is markdown of TRANSITIONS, tested against it): `state` is the one
+# field that says which rules apply, and only _fire(event) moves it, as TRANSITIONS says; an event
+# the table does not allow in the current state raises PollStateError (a bug, never a wire fault:
+# answers that do not fit are the STALE event, allowed everywhere). The open Loss (RECOVERY, CHASE)
+# is the only one whose `ended` is False; unproven events past n1 (leadwire.hold) only exist in CHASE.
 from leadwire import messages, wire
 from leadwire.u32 import MASK, add, distance, le, lt, pred, succ
 
-HANDSHAKE = "handshake"
-POLLING = "polling"
+START = "start"  # no boot epoch known: HELLO requests
+FIRST = "first contact"  # an epoch, nothing of its boot known yet: only a RECOVERY is taken (probes)
+RESTARTED = "restarted"  # FIRST after a HELLO showed a new boot: its first RECOVERY is the restart's
+NORMAL = "normal"  # polling from n, no loss open
+RECOVERY = "recovery phase"  # a Loss open: its range n0..n1 not consumed yet
+CHASE = "chase"  # an overrun RECOVERY acted on, nothing taken since: the next overrun skips further
+STATES = (START, FIRST, RESTARTED, NORMAL, RECOVERY, CHASE)
+
+ON_HELLO = "HELLO, same epoch"
+ON_NEW_BOOT = "HELLO, new epoch"
+ON_PROBE = "EVENTS or NO_EVENT while fresh"
+ON_NOTHING = "NO_EVENT(n)"
+ON_EVENTS = "events taken"
+ON_N1 = "n reaches n1"
+ON_FIRST = "RECOVERY, first contact"
+ON_RESTART = "RECOVERY, new boot"
+ON_OVERRUN = "RECOVERY, overrun"
+ON_HELD = "RECOVERY, held frames taken"  # leadwire.hold: the gaps behind them counted, or a skip
+ON_AHEAD = "RECOVERY behind n (AHEAD)"  # leadwire.hold: a skip past n1 landed before the device
+ON_STALE = "stale answer"
+ON_TIMEOUT = "timeout"
+EVENTS_ORDER = (ON_HELLO, ON_NEW_BOOT, ON_PROBE, ON_NOTHING, ON_EVENTS, ON_N1, ON_FIRST, ON_RESTART,
+                ON_OVERRUN, ON_HELD, ON_AHEAD, ON_STALE, ON_TIMEOUT)  # fmt: skip
+
+TRANSITIONS = {
+    START: {ON_HELLO: FIRST, ON_STALE: START, ON_TIMEOUT: START},
+    FIRST: {ON_HELLO: FIRST, ON_NEW_BOOT: RESTARTED, ON_PROBE: FIRST, ON_FIRST: RECOVERY,
+            ON_RESTART: RECOVERY, ON_STALE: FIRST, ON_TIMEOUT: FIRST},
+    RESTARTED: {ON_HELLO: RESTARTED, ON_NEW_BOOT: RESTARTED, ON_PROBE: RESTARTED, ON_RESTART: RECOVERY,
+                ON_STALE: RESTARTED, ON_TIMEOUT: RESTARTED},
+    NORMAL: {ON_HELLO: NORMAL, ON_NEW_BOOT: RESTARTED, ON_NOTHING: NORMAL, ON_EVENTS: NORMAL,
+             ON_RESTART: RECOVERY, ON_OVERRUN: CHASE, ON_HELD: RECOVERY, ON_STALE: NORMAL,
+             ON_TIMEOUT: NORMAL},
+    RECOVERY: {ON_HELLO: RECOVERY, ON_NEW_BOOT: RESTARTED, ON_NOTHING: RECOVERY, ON_EVENTS: RECOVERY,
+               ON_N1: NORMAL, ON_RESTART: RECOVERY, ON_OVERRUN: CHASE, ON_HELD: RECOVERY,
+               ON_STALE: RECOVERY, ON_TIMEOUT: RECOVERY},
+    CHASE: {ON_HELLO: CHASE, ON_NEW_BOOT: RESTARTED, ON_NOTHING: RECOVERY, ON_EVENTS: RECOVERY,
+            ON_RESTART: RECOVERY, ON_OVERRUN: CHASE, ON_AHEAD: CHASE, ON_STALE: CHASE,
+            ON_TIMEOUT: CHASE},
+}  # fmt: skip
+
+
+class PollStateError(Exception):
+    """An event the transition table does not allow in the client's state (a bug in the client)."""
+
 
 # on_frame() result kinds
 EVENTS = "events"  # data: list of (offset, channel, payload)
@@ -77,7 +126,7 @@ FIRST_CONTACT = "first_contact"
 class Loss:
     """One RECOVERY answer acted on, and the recovery phase that followed."""
 
-    __slots__ = ("cause", "client_n", "ended", "epoch", "lost", "n0", "n1", "recovered", "skipped")
+    __slots__ = ("cause", "chase", "client_n", "ended", "epoch", "lost", "n0", "n1", "recovered", "skipped")
 
     def __init__(self, cause, client_n, n0, n1, epoch, lost, skipped=0):
         self.cause = cause
@@ -87,6 +136,7 @@ class Loss:
         self.epoch = epoch
         self.lost = lost  # exact count (skipped included), or None when unknowable
         self.skipped = skipped  # held by the device but passed over by the chase guard
+        self.chase = 0  # overrun RECOVERYs in a row, nothing taken between, this one included
         self.recovered = 0  # events consumed during the recovery phase
         self.ended = False
 
@@ -110,8 +160,7 @@ class PollClient:
         self.n = n  # offset of the last event received (0 before any, spec 004)
         self.epoch = epoch  # boot epoch of the device as last seen
         self.left = None  # the epoch before it: a boot once left is never current again
-        self.fresh = fresh  # no event or range of the current boot known yet
-        self.state = HANDSHAKE if epoch is None else POLLING
+        self.state = START if epoch is None else FIRST if fresh else NORMAL
         self.hello = None
         self.loss = None  # the current (or last) Loss record
         self.tag = 0  # message id of the outstanding request
@@ -128,8 +177,6 @@ class PollClient:
         self.follow = False  # burst POLLs ask the device to go on past a RECOVERY (from n0)
         self.burst_from = 0  # fragment index of the first EVENTS frame of the burst
         self.hello_due = False  # the next request is a HELLO (see ask_hello)
-        self._restart_seen = False  # a HELLO showed a new boot before its first RECOVERY
-        self._chasing = 0  # overrun RECOVERYs in a row, no event between
         self.turnover = 0  # events the ring is expected to turn over before the next POLL gets there
         self.backlog = 0  # events the device still held after the last batch
         self.consecutive_errors = 0
@@ -142,6 +189,27 @@ class PollClient:
         self.no_events = 0
         self.transport_errors = 0
 
+    @property
+    def fresh(self):
+        """No event and no held range of the current boot known yet (FIRST, RESTARTED)."""
+        return self.state == FIRST or self.state == RESTARTED
+
+    @property
+    def polling(self):
+        """A boot epoch is known: requests are POLLs (unless a HELLO is due)."""
+        return self.state != START
+
+    def _fire(self, event):
+        # the one place the state moves
+        nxt = TRANSITIONS[self.state].get(event)
+        if nxt is None:
+            raise PollStateError("poll client: %s is not allowed in state %s" % (event, self.state))
+        self.state = nxt
+
+    def _chase(self):
+        # overrun RECOVERYs in a row before the one at hand (0 unless in CHASE)
+        return self.loss.chase if self.state == CHASE else 0
+
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
         """The request to send now (each call makes a new tag: a retry is a new request)."""
         ahead = self.ahead
@@ -151,7 +219,7 @@ class PollClient:
         self.tag = (self.tag + 1) & 0xFF
         self.burst_done = False
         self.burst_from = 0
-        if self.state == POLLING and not self.hello_due:
+        if self.state != START and not self.hello_due:
             self.max_frames = max_frames
             n = self.n
             if ahead is not None:
@@ -179,6 +247,7 @@ class PollClient:
 
     def on_timeout(self):
         """Transport error: the same request goes again (spec 004: poll with offset n)."""
+        self._fire(ON_TIMEOUT)
         self.transport_errors += 1
         self.consecutive_errors += 1
 
@@ -224,7 +293,7 @@ class PollClient:
         if t in (wire.NO_EVENT, wire.RECOVERY, wire.HELLO):
             self.burst_done = True
         if t == wire.NO_EVENT:
-            if self.state != POLLING or frame.seq != self.n:
+            if self.state == START or frame.seq != self.n:
                 if self.poll_pipelined and frame.seq == self.poll_n != self.n:
                     self._mispredicted()
                 return self._stale()
@@ -233,7 +302,7 @@ class PollClient:
             if self.fresh:
                 return self._probe_again()
             self.backlog = 0
-            self._chasing = 0
+            self._fire(ON_NOTHING)
             return (NOTHING, None)
         if t == wire.RECOVERY:
             result = self._recovery(frame)
@@ -246,6 +315,7 @@ class PollClient:
         return (OTHER, frame)
 
     def _stale(self):
+        self._fire(ON_STALE)
         self.stale += 1
         return (STALE, None)
 
@@ -255,7 +325,7 @@ class PollClient:
         return self.follow and self.max_frames > 1 and not frame.flags & wire.F_LAST
 
     def _events(self, frame):
-        if self.state != POLLING or frame.seq != succ(self.n):
+        if self.state == START or frame.seq != succ(self.n):
             return self._stale()
         if self.fresh:
             return self._probe_again()
@@ -265,33 +335,33 @@ class PollClient:
         first = frame.seq
         out = [((first + i) & MASK, r[0], r[1]) for i, r in enumerate(recs)]
         self.n = add(first, len(recs) - 1)
-        self.fresh = False
-        self._chasing = 0
         self.consecutive_errors = 0
         self._took(len(recs), backlog)
         return (EVENTS, out)
 
     def _took(self, k, backlog):
         # k records taken, up to self.n (already moved): the counters and the open loss's
-        # recovery (hold.py's held frames too); allocates nothing
+        # recovery, which ends when n reaches its n1 (hold.py's held frames too); allocates nothing
         self.received += k
         self.backlog = backlog
-        loss = self.loss
-        if loss is not None and not loss.ended:
+        self._fire(ON_EVENTS)
+        if self.state == RECOVERY:
+            loss = self.loss
             loss.recovered += k
             if le(loss.n1, self.n):
                 loss.ended = True
+                self._fire(ON_N1)
 
     def _probe_again(self):
         # fresh, and the device may hold our probe offset: whatever precedes it would never be
         # offered. Ask with the other probe, which that ring cannot hold.
+        self._fire(ON_PROBE)
         self.n ^= PROBE_FLIP
         self.backlog = 0
-        self._chasing = 0
         return (NOTHING, None)
 
     def _recovery(self, frame):
-        if self.state != POLLING:
+        if self.state == START:
             return self._stale()
         n0, n1 = messages.decode_recovery(frame)
         epoch = messages.recovery_epoch(frame)
@@ -304,27 +374,30 @@ class PollClient:
                 self.restarts += 1
                 self.left = self.epoch
             self.epoch = epoch
-            return (RECOVER, self._begin(RESTART, n0, n1, None))
+            return (RECOVER, self._begin(RESTART, n0, n1, None, 0, ON_RESTART))
         if self.fresh:
-            cause = RESTART if self._restart_seen else FIRST_CONTACT
-            return (RECOVER, self._begin(cause, n0, n1, None))
+            if self.state == RESTARTED:
+                return (RECOVER, self._begin(RESTART, n0, n1, None, 0, ON_RESTART))
+            return (RECOVER, self._begin(FIRST_CONTACT, n0, n1, None, 0, ON_FIRST))
         start = succ(self.n)
         if not lt(start, n0):
             if self.poll_pipelined and self.poll_n != self.n:
                 self._mispredicted()
             return self._stale()  # same boot, range not ahead of s(n): cannot answer our poll
         # chase guard: the 2nd overrun in a row skips 1/4 of the held range, the 3rd 1/2, then 3/4
+        c = self._chase()
         held = distance(n1, n0)
-        skip = held * min(self._chasing, 3) // 4
+        skip = held * min(c, 3) // 4
         if self.turnover > skip:
             skip = min(self.turnover, held * 3 // 4)  # gone before our POLL gets there (above)
         if self._follows(frame):
             skip = 0  # the events from n0 are on their way: nothing to chase
-        loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip, skip)
-        self._chasing += 1
+        loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip, skip, ON_OVERRUN)
+        loss.chase = c + 1
         return (RECOVER, loss)
 
-    def _begin(self, cause, n0, n1, lost, skip=0):
+    def _begin(self, cause, n0, n1, lost, skip, event):
+        # a new Loss, the one open from now on (the one before ends), and the event it is
         if self.loss is not None:
             self.loss.ended = True
         self.loss = self.loss_type(cause, self.n, n0, n1, self.epoch, lost, skip)
@@ -334,11 +407,9 @@ class PollClient:
                 self.unknown_losses += 1
         else:
             self.lost += lost
-        self._restart_seen = False
         self.prev_tag = -1  # nothing of a burst before this answer can go on from the new n
         self.n = pred(add(n0, skip))
-        self.fresh = False  # the device's range is known now: later losses are countable
-        self.state = POLLING
+        self._fire(event)
         return self.loss
 
     def _hello(self, hello):
@@ -356,11 +427,10 @@ class PollClient:
             # restart's (spec 004: n = 0 for a server we have no event from)
             self.restarts += 1
             self.n = 0
-            self.fresh = True
             self.prev_tag = -1
-            self._restart_seen = True
-            self._chasing = 0
             if self.loss is not None:
                 self.loss.ended = True
-        self.state = POLLING
+            self._fire(ON_NEW_BOOT)
+        else:
+            self._fire(ON_HELLO)
         return (HELLO, hello)

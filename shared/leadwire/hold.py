@@ -38,7 +38,20 @@
 # A subclass, not part of PollClient: the board-sized heap that runs the core's tests on
 # MicroPython has no room for the extra code, and no board needs it.
 from leadwire import messages, wire
-from leadwire.client import EVENTS, OVERRUN, POLLING, RECOVER, STALE, PollClient
+from leadwire.client import (
+    EVENTS,
+    NORMAL,
+    ON_AHEAD,
+    ON_HELD,
+    ON_N1,
+    ON_OVERRUN,
+    ON_TIMEOUT,
+    OVERRUN,
+    RECOVER,
+    RECOVERY,
+    STALE,
+    PollClient,
+)
 from leadwire.u32 import add, distance, le, lt, pred, succ
 
 AHEAD = "ahead"  # on_frame() result: a RECOVERY says the device has not reached n yet; data: its n1
@@ -82,10 +95,13 @@ class HoldingPollClient(PollClient):
         self.tag = tag & 0xFF
         if loss is not None:
             self.loss = loss
+            if not loss.ended and self.state == NORMAL:
+                self.state = RECOVERY  # (restored, as the constructor restores n and the epoch)
 
     def on_probe(self):
         """A tail-loss probe timed out before the RTO: a transport error, not a silent round (the
         caller sends the same request again at once)."""
+        self._fire(ON_TIMEOUT)
         self.transport_errors += 1
 
     def ask_gap(self):
@@ -107,7 +123,7 @@ class HoldingPollClient(PollClient):
         if self.held and self.ahead is None:
             gap = self._gap()
             if 0 < gap <= max_events:
-                if self.pipeline and max_frames > 1 and self.state == POLLING and not self.hello_due:
+                if self.pipeline and max_frames > 1 and self.polling and not self.hello_due:
                     # (not after a mispredicted answer: the gap's answer may be on its way, later than
                     # the second POLL's; asking for both again would bring both twice)
                     end = None if self.repoll else self._held_end(max_frames)
@@ -129,7 +145,7 @@ class HoldingPollClient(PollClient):
         # the gap and the last of them tells where that burst ends (_held_end), the next POLL may
         # go from there at once (ahead; the gap's RECOVERY is still acted on: gap_tag). One per
         # gap. True: the caller sends it now. (docs/protocol.md 6.5)
-        if self.ahead is not None or self.gap_tag >= 0 or self.state != POLLING or self.hello_due:
+        if self.ahead is not None or self.gap_tag >= 0 or not self.polling or self.hello_due:
             return False
         end = self._held_end(max_frames) if self.pipeline and self.held else None
         if end is None:
@@ -176,7 +192,7 @@ class HoldingPollClient(PollClient):
             and frame.type == wire.NO_EVENT
             and tag == self.tag
             and frame.seq == self.n
-            and self.state == POLLING
+            and self.polling
         ):
             self._prove()  # the device holds n: every event up to it was generated
         if frame.type != wire.EVENTS:
@@ -253,7 +269,7 @@ class HoldingPollClient(PollClient):
             self.lost += u
 
     def _recovery(self, frame):
-        if self.state != POLLING or self.fresh:
+        if not self.polling or self.fresh:
             self.unproven = 0
             return super()._recovery(frame)
         n0, n1 = messages.decode_recovery(frame)
@@ -270,6 +286,7 @@ class HoldingPollClient(PollClient):
                 self.consecutive_errors = 0
                 self.burst_done = True
                 self.aheads += 1
+                self._fire(ON_AHEAD)
                 loss = self.loss
                 last = self._ahead_n1
                 self._ahead_n1 = n1
@@ -289,6 +306,7 @@ class HoldingPollClient(PollClient):
                 self._prove(self.unproven - distance(self.n, n1))
                 return (AHEAD, n1)
             return super()._recovery(frame)
+        c = self._chase()  # (before held frames are taken: taking them ends the chase)
         self._prove()  # n0 is past n: every event before it was generated
         self.consecutive_errors = 0
         follows = self._follows(frame)  # the events from n0 come in this burst: no skip at all
@@ -301,23 +319,27 @@ class HoldingPollClient(PollClient):
         if out is not None and not lt(start, n0):
             # they reach what the device holds: the gaps are the loss, nothing restarts (unless the
             # ring will have turned over past their end before our next POLL lands: below)
-            self._chasing = 0
             skip = 0 if follows else self._skip_after_held(frame.message_id, start, n0, n1)
             if gaps:
                 self._gap_loss(n0, n1, gaps).ended = le(n1, self.n) or skip > 0
             if skip > 0:
-                loss = self._begin(OVERRUN, n0, n1, skip, distance(start, n0) + skip)  # n: start + skip - 1
+                # n: start + skip - 1
+                loss = self._begin(OVERRUN, n0, n1, skip, distance(start, n0) + skip, ON_HELD)
                 loss.skipped = skip
                 self.turnover_skips += 1
                 self.gap_losses.append(loss)
+            elif gaps:
+                self._fire(ON_HELD)
+                if self.loss.ended:
+                    self._fire(ON_N1)
             return (EVENTS, out)
         held = distance(n1, n0)
-        skip = held * min(self._chasing, 3) // 4
+        skip = held * min(c, 3) // 4
         if self.turnover > skip:
             # past n1 (at most 4 rings) only in a chase: a RECOVERY after one with no event between
             # shows the ring turning over faster than a round trip. The first stays within 3/4 of
             # the held range (PollClient's cap): a device that stopped still has its ring to give
-            cap = 4 * (held + 1) if self._chasing and "chase_past_n1" in self.rules else held * 3 // 4
+            cap = 4 * (held + 1) if c and "chase_past_n1" in self.rules else held * 3 // 4
             skip = min(self.turnover, cap)
             if skip == held + 1:
                 # not onto n1 exactly: the whole ring skipped and nothing unproven, so a device that
@@ -328,13 +350,13 @@ class HoldingPollClient(PollClient):
         past = skip - held - 1 if skip > held + 1 else 0  # offsets after n1 skipped over
         if gaps:  # the gaps behind the held frames taken: Losses of their own (closed), then this one
             self._gap_loss(n0, n1, gaps).ended = True
-        loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip - past, skip)
+        loss = self._begin(OVERRUN, n0, n1, distance(n0, start) + skip - past, skip, ON_OVERRUN)
         loss.skipped = skip - past
+        loss.chase = c + 1
         self.unproven = past
         self._ahead_n1 = n1
         if past:
             self.past_newest += 1
-        self._chasing += 1
         if out is not None:
             self.gap_losses.append(loss)  # the held frames' events, then polling from past n0 (above)
             return (EVENTS, out)
@@ -412,10 +434,10 @@ class HoldingPollClient(PollClient):
             self.absorbed += 1
         return out, gaps
 
-    def _begin(self, cause, n0, n1, lost, skip=0):
+    def _begin(self, cause, n0, n1, lost, skip, event):
         self.held = {}
         self.recent = []
-        return super()._begin(cause, n0, n1, lost, skip)
+        return super()._begin(cause, n0, n1, lost, skip, event)
 
     def _hello(self, hello):
         e = hello.boot_epoch

@@ -31,7 +31,7 @@ HOST = (
     "ring_host",
     "u32",
 )
-CPYTHON = ()  # none now (the poll client's state table is leadwire.bridge.poll_states)
+CPYTHON = ()
 
 
 def package_json():
