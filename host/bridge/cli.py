@@ -236,11 +236,29 @@ def status(config_path: str | None, store: str | None, as_json: bool) -> None:
 @click.option("--store", type=click.Path(dir_okay=False), help="the store file (instead of --config)")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="export directory")
 @click.option("--since", default=None, help="only partitions from this date (YYYY-MM-DD or ISO time, UTC)")
-def export(config_path: str | None, store: str | None, out: str, since: str | None) -> None:
+@click.option(
+    "--compact-files",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="merge a day's small files of this bridge when they would exceed this many",
+)
+@click.option(
+    "--repair", is_flag=True, help="clean up after a crashed export or a damaged manifest; exports nothing"
+)
+def export(
+    config_path: str | None, store: str | None, out: str, since: str | None, compact_files: int, repair: bool
+) -> None:
     """Export the store as Hive-partitioned Parquet (arrivals, losses, boots); safe to repeat."""
     from .export import export as do_export
     from .export import parse_since
+    from .export_manifest import repair as do_repair
+    from .export_publish import ExportError
 
+    if repair:
+        for line in do_repair(Path(out)):
+            click.echo(line)
+        return
     path = _store_path(config_path, store)
     if since:
         try:
@@ -251,5 +269,9 @@ def export(config_path: str | None, store: str | None, out: str, since: str | No
     if not Path(path).exists():
         click.echo("leadwire: store %s not found" % path, err=True)
         sys.exit(2)
-    counts = do_export(path, out, since)
+    try:
+        counts = do_export(path, out, since, compact_files=compact_files)
+    except ExportError as e:
+        click.echo("leadwire: %s" % e, err=True)
+        sys.exit(1)
     click.echo(json.dumps({"out": str(out), **counts}))
