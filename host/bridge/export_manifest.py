@@ -186,7 +186,8 @@ def _rebuild(root: Path, tag: str, run: int, prev: int | None, nxt: int) -> None
                 days.setdefault(table, set()).add(d.name.split("=", 1)[1])
         rdir = root / RETIRED / tag / ("%08d" % run) / table
         for d in sorted(rdir.iterdir()) if rdir.is_dir() else []:
-            days.setdefault(table, set()).add(d.name.split("=", 1)[1])
+            if d.name.startswith(PARTITION_COLUMN + "="):
+                days.setdefault(table, set()).add(d.name.split("=", 1)[1])
     added, removed = collect(root, tag, run, lo, days)
     added = [a for a in added if (own_hi(a[2], tag) or 0) <= hi[a[0]]]
     write(

@@ -14,8 +14,9 @@ A day is published by building its next version beside it (``<table>/.date=D.<ta
 links to the files that stay, the new and merged files written there) and exchanging the two
 directories in one ``renameat2(RENAME_EXCHANGE)``: a reader that lists the day sees the old
 version or the new one, never a mix, and a file it listed that stays keeps its name. The old
-version is moved under ``_retired`` when the new one dropped a file (an incremental reader that
-has not yet read a file a later run merged away reads it there), else removed.
+version is moved under ``_retired/<tag>/<run>`` unchanged (a reader listing it sees it whole; an
+incremental reader that has not yet read a file a later run merged away reads it there) and
+removed with the run's manifest.
 
 Coverage: every row of day D with a window position up to the largest ``hi`` among the bridge's
 file names in D is in the bridge's files of D (each run adds the rows of its window, and a merge
@@ -31,7 +32,6 @@ import errno
 import fcntl
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,15 +185,22 @@ def publish_day(
         os.rename(tmp, d)
         return
     exchange(tmp, d)  # tmp now holds the old version
-    if not drop:
-        shutil.rmtree(tmp)
-        return
+    _retire(root, tag, run, table, day, tmp)
+
+
+def _retire(root: Path, tag: str, run: int, table: str, day: str, old: Path) -> None:
+    """Keep a replaced day version under _retired, unchanged (a reader may be listing it: it is
+    removed with its run's manifest, retain_days later, never emptied now). The first version a
+    run replaces is kept whole; a later one of the same run (its next chunk, a retry) adds its
+    files there by hard links and is set aside beside it."""
     keep = retired_dir(root, tag, run, table, day)
-    if keep.is_dir():  # a retried run: the first attempt kept the older version already
-        for n in os.listdir(tmp):
-            if not (keep / n).exists():
-                os.rename(tmp / n, keep / n)
-        shutil.rmtree(tmp)
-    else:
+    if not keep.exists():
         keep.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(tmp, keep)
+        os.rename(old, keep)
+        return
+    for n in os.listdir(old):
+        if not (keep / n).exists():
+            os.link(old / n, keep / n)
+    aside = keep.parent / ".replaced"
+    aside.mkdir(exist_ok=True)
+    os.rename(old, aside / ("%s.%d" % (keep.name, len(os.listdir(aside)))))

@@ -132,7 +132,7 @@ def extract(
                 df = spark.read.schema(schema).option("basePath", path).parquet(*wanted)
             except AnalysisException as e:
                 raise BadInput("%s: cannot read (%s)" % (path, str(e).splitlines()[0][:160])) from None
-            df = guard(name, df)
+            df = dedup(name, guard(name, df))
         if df is None:
             df = spark.createDataFrame([], schema)
         frames[name] = df.select(*(f.name for f in schema.fields))
@@ -180,14 +180,22 @@ def bad_input_from(e: Exception) -> BadInput | None:
 
 def read_files(spark: SparkSession, input_dir: str, name: str, uris: list[str]) -> DataFrame:
     """The export table `name` from exactly these files (the contract's columns, guarded as
-    extract reads them; no partition column), empty without files."""
-    schema = spark_schema(name)
-    cols = [f.name for f in schema.fields if f.name != PARTITION_COLUMN]
+    extract reads them; no partition column; losses and boots without duplicate rows), empty
+    without files. A file may lie outside the table's folder (one an export run merged away,
+    kept in _retired: host/fleet/manifests.py)."""
+    schema = spark_schema(name, with_partition=False)
     if not uris:
-        return spark.createDataFrame([], spark_schema(name, with_partition=False))
-    path = join(input_dir, name)
+        return spark.createDataFrame([], schema)
     try:
-        df = spark.read.schema(schema).option("basePath", path).parquet(*uris)
+        df = spark.read.schema(schema).parquet(*uris)
     except AnalysisException as e:
+        path = join(input_dir, name)
         raise BadInput("%s: cannot read (%s)" % (path, str(e).splitlines()[0][:160])) from None
-    return guard(name, df.select(*cols))
+    return dedup(name, guard(name, df))
+
+
+def dedup(name: str, df: DataFrame) -> DataFrame:
+    """Losses and boots without repeated rows (an export run retried after a crash may have
+    published some twice; both tables are small). Arrivals are left as they are: an export never
+    writes an arrival twice, and a row repeated there is a duplicate the job counts."""
+    return df.dropDuplicates() if name in ("losses", "boots") else df

@@ -31,6 +31,7 @@ from leadwire.fleet import transforms as T
 from leadwire.fleet.arrow import to_arrow
 from leadwire.fleet.extract import read_files
 from leadwire.fleet.fs import join, list_files, write_text
+from leadwire.fleet.manifests import new_files
 from leadwire.fleet.options import BadInput
 from leadwire.fleet.plan import Latency, profile_input, rollup_tables
 from leadwire.fleet.schema import PARTITION_COLUMN, TABLES
@@ -69,15 +70,20 @@ def stage_new_files(run: Run) -> None:
     since = _shift(newest, -spec.late_days) if newest else None
     with run.prog.stage("list new files in %s%s" % (spec.input_dir, " from %s" % since if since else "")):
         dates = _days(since, max(_today(), _shift(newest, 31))) if since and newest else None
-        listed = {t: list_files(spark, join(spec.input_dir, t), dates) for t in TABLES}
-        if not listed["arrivals"] and not seen["arrivals"]:
+        found = new_files(
+            spark,
+            spec.input_dir,
+            state,
+            lambda: {t: list_files(spark, join(spec.input_dir, t), dates) for t in TABLES},
+        )
+        listed, new = found.listed, found.new
+        if not listed["arrivals"] and not seen["arrivals"] and not state.get("runs"):
             raise BadInput(
                 "%s: no arrivals (expected DIR/arrivals/date=YYYY-MM-DD/*.parquet)" % spec.input_dir
             )
-        new = {t: [(u, d) for u, d in listed[t] if u not in seen[t]] for t in TABLES}
         for t in TABLES:
             run.prog.log("  %s: %d files listed, %d new" % (t, len(listed[t]), len(new[t])))
-    run.extra["listed"], run.extra["files"] = listed, new
+    run.extra["listed"], run.extra["files"], run.extra["runs"] = listed, new, found.runs
     if not new["arrivals"] and not new["losses"] and not new["boots"]:
         raise BadInput(
             "%s: no export files new to this run (incremental; state in %s)" % (spec.input_dir, spec.out_dir)
@@ -146,7 +152,7 @@ def stage_carried_tables(run: Run) -> None:
     rec_new = T.transform_unstack(stage, "rec", T.RECOVERY_COLS)
     with run.prog.stage("merge the days touched: %s" % (", ".join(days["channel_windows"]) or "-")):
         old_cw = _old_days(spark, spec.out_dir, "channel_windows", days["channel_windows"], written)
-        old_rec = _old_days(spark, spec.out_dir, "recoveries", days["recoveries"], written)
+        old_rec: list[DataFrame] = []  # new_files gives the whole days of losses: recounted, not added to
         cw = run.cut(C.transform_merge_windows(*old_cw, cw_new, rev))
         rec = run.cut(C.transform_merge_recoveries(*old_rec, rec_new) if old_rec else rec_new)
         boots = run.cut(frames["boots"].unionByName(boots0))
@@ -209,9 +215,14 @@ def stage_record_state(run: Run) -> None:
             t: sorted(set(state.get("dates", {}).get(t, [])) | set(run.extra["days"].get(t, [])))
             for t in MERGED
         }
-        _write_state_file(
-            run, {"version": version, "newest": newest, "files": files, "dates": dates}, last_date=newest
-        )
+        inc = {
+            "version": version,
+            "newest": newest,
+            "files": files,
+            "dates": dates,
+            "runs": run.extra["runs"],
+        }
+        _write_state_file(run, inc, last_date=newest)
     run.summary["rows_read"] = run.rows_read
     publish_remote(run)
 

@@ -24,13 +24,14 @@ def day(k: int) -> str:
 
 
 class ExportStore:
-    """One bridge's store; devices registered on first use; every event's seq is its arrival."""
+    """One bridge's store; devices registered on first use; arrivals counted per device."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.store = Store(str(path), BRIDGE)
         self.devs: dict[str, int] = {}
         self.next_seq: dict[str, int] = {}
+        self.arrivals: dict[str, int] = {}
 
     def dev(self, device_id: str) -> int:
         if device_id not in self.devs:
@@ -38,6 +39,7 @@ class ExportStore:
                 device_id, "udp", "127.0.0.1:%d" % (4000 + len(self.devs))
             )
             self.next_seq[device_id] = 1
+            self.arrivals[device_id] = 0
         return self.devs[device_id]
 
     def events(self, k: int, n: int, device_id: str = "dev-a", skip: tuple[int, ...] = ()) -> list[int]:
@@ -53,7 +55,11 @@ class ExportStore:
     def seqs(self, k: int, seqs: list[int], device_id: str = "dev-a", d: int | None = None) -> None:
         d = self.dev(device_id) if d is None else d
         base = T0_US + k * DAY_US + 3_600_000_000
-        rows = [(d, s, EPOCH, 1, 0, s, 1, 0, 12, None, base + s * 1000, b"x") for s in seqs]
+        a = self.arrivals[device_id]
+        self.arrivals[device_id] = a + len(seqs)
+        rows = [
+            (d, a + i + 1, EPOCH, 1, 0, s, 1, 0, 12, None, base + s * 1000, b"x") for i, s in enumerate(seqs)
+        ]
         self.store.write(
             Batch(segments=[(SEG_EVENT, rows)], commit_us=base, arrivals=len(rows), events=len(rows))
         )

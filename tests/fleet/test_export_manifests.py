@@ -1,0 +1,116 @@
+"""The fleet job reading what `leadwire export` runs wrote: an incremental run after an export run
+finds the new files from the run manifests (it opens the new manifest and the new files, and
+lists only the losses day a late recovery end republished: none of the 30 older days), counts a
+late gap fill and a late arrival into an old day, and then equals one full run over the export."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from leadwire.bridge.export import export
+from leadwire.fleet.job import DATED_TABLES, TABLE_ORDER, run_job
+from leadwire.fleet.oracle import compare_tables, read_job_tables
+from tests.bridge.export_store import BRIDGE, ExportStore, day, files, part
+
+pytestmark = pytest.mark.spark
+
+IN_OPEN = 0x20
+IN_ISDIR = 0x40000000
+
+
+class Opens:
+    """Every open(2) of a file or directory under a tree by any process (the JVM's included),
+    by Linux inotify: the directories of the tree at start are watched."""
+
+    def __init__(self, root: Path) -> None:
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK)
+        assert self.fd >= 0
+        self.dirs: dict[int, Path] = {}
+        for d in [d for d, _, _ in os.walk(root)]:  # walked first: the walk opens them too
+            wd = self.libc.inotify_add_watch(self.fd, os.fsencode(d), IN_OPEN)
+            assert wd >= 0
+            self.dirs[wd] = Path(d)
+        self.root = root
+
+    def read(self) -> set[str]:
+        """The paths opened since the start (relative; a directory as DIR/)."""
+        out: set[str] = set()
+        while True:
+            try:
+                buf = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                break
+            i = 0
+            while i < len(buf):
+                wd, mask, _, n = struct.unpack_from("iIII", buf, i)
+                name = buf[i + 16 : i + 16 + n].rstrip(b"\0").decode()
+                i += 16 + n
+                p = self.dirs[wd] / name if name else self.dirs[wd]
+                rel = str(p.relative_to(self.root))
+                out.add(rel + "/" if (mask & IN_ISDIR) else rel)
+        os.close(self.fd)
+        return out
+
+
+@pytest.mark.timeout(600)
+def test_incremental_run_reads_the_manifests_and_the_new_files_only(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    s = ExportStore(tmp_path / "store.db")
+    s.boot(0, epoch=0x1234ABCD, boots=1)
+    for k in range(29):
+        s.events(k, 20)
+        s.events(k, 10, device_id="dev-b")
+    gap = s.events(29, 20, skip=(585,))  # dev-a's seq 585 is lost for now: a gap counted on day 29
+    assert 585 not in gap and gap[-1] == 600
+    s.loss(29, seq=1, ended_k=None, recovered=0)  # its recovery still running at the export
+    export_dir, inc, full = tmp_path / "export", tmp_path / "inc", tmp_path / "full"
+    assert export(str(s.path), export_dir)["run"] == 1
+    first = run_job(str(export_dir), str(inc), spark, progress=False, report=False, incremental=True)
+    assert first["rows_read"] == 29 * 30 + 19
+
+    s.seqs(30, [585])  # the gap filled late (received on day 30)
+    s.events(30, 20)  # seqs 601..620
+    s.events(29, 1, device_id="dev-b")  # a row received on day 29, stored after that day's export
+    s.loss(29, seq=1, ended_k=30, recovered=1)  # the recovery ends: its day 29 row is replaced
+    assert export(str(export_dir.parent / "store.db"), export_dir) == {
+        "arrivals": 22,
+        "losses": 1,
+        "boots": 0,
+        "run": 2,
+    }
+    assert files(export_dir, "arrivals")[day(29)] == [part(889), part(911)]
+    assert files(export_dir, "losses") == {day(29): [part(2)]}
+
+    opens = Opens(export_dir)
+    second = run_job(str(export_dir), str(inc), spark, progress=False, report=False, incremental=True)
+    opened = opens.read()
+    assert second["rows_read"] == 22
+    data = {p for p in opened if p.startswith(("arrivals", "losses", "boots")) and not p.endswith("/")}
+    assert data == {
+        "arrivals/date=%s/%s" % (day(29), part(911)),
+        "arrivals/date=%s/%s" % (day(30), part(911)),
+        "losses/date=%s/%s" % (day(29), part(2)),
+    }
+    listed = {p for p in opened if p.endswith("/")}
+    assert "_runs/%s/" % BRIDGE in listed  # seen listing: and no other day, no _retired
+    assert listed <= {"_runs/", "_runs/%s/" % BRIDGE, "losses/", "losses/date=%s/" % day(29)}, listed
+    assert {p for p in opened if p.startswith("_runs/") and not p.endswith("/")} == {
+        "_runs/%s/00000002.json" % BRIDGE
+    }
+
+    run_job(str(export_dir), str(full), spark, progress=False, report=False)
+    got, want = read_job_tables(str(inc), DATED_TABLES), read_job_tables(str(full), DATED_TABLES)
+    assert compare_tables(got, want, TABLE_ORDER) == []
+    rec = want["recoveries"]
+    assert rec["phases"].sum() == 1 and rec["recovered"].sum() == 1 and rec["unfinished"].sum() == 0
+    cw = want["channel_windows"]
+    assert cw["messages"].sum() == 29 * 30 + 19 + 22 and cw["lost"].sum() == 0  # the gap filled
+    s.close()
