@@ -43,6 +43,7 @@ from .export_publish import (
     day_dir,
     leftovers,
     locked,
+    merge_tables,
     part_name,
     publish_day,
     read_day,
@@ -249,7 +250,7 @@ def _replaced(
     if keys is None or not own:
         return [], None
     d = day_dir(out, table, day)
-    old = pa.concat_tables([pq.read_table(d / n) for n in sorted(own)], promote_options="permissive")
+    old = merge_tables([pq.read_table(d / n) for n in sorted(own)])
     new_keys = set(zip(*(new.column(k).to_pylist() for k in keys), strict=True))
     mask = [k in new_keys for k in zip(*(old.column(k).to_pylist() for k in keys), strict=True)]
     if not any(mask):

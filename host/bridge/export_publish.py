@@ -148,6 +148,17 @@ def read_day(root: Path, table: str, day: str, tag: str) -> Day:
     return Day(names, own)
 
 
+def merge_tables(parts: list[pa.Table]) -> pa.Table:
+    """Files of one day as one table: every column any of them has (a newer bridge's column
+    kept), null where a file lacks it; a column stays NOT NULL where no row is null."""
+    loose = [t.cast(pa.schema([f.with_nullable(True) for f in t.schema])) for t in parts]
+    out = pa.concat_tables(loose, promote_options="permissive")
+    strict = {f.name for t in parts for f in t.schema if not f.nullable}
+    return out.cast(
+        pa.schema([f.with_nullable(f.name not in strict or out[f.name].null_count > 0) for f in out.schema])
+    )
+
+
 def publish_day(
     root: Path,
     table: str,
@@ -168,8 +179,7 @@ def publish_day(
     if rewrite is None:
         small = [n for n in cur.own if n not in drop and os.path.getsize(d / n) < SMALL_BYTES]
         if len(small) + (add is not None) > compact_files and len(small) > 1:
-            parts = [pq.read_table(d / n) for n in small]
-            rewrite = pa.concat_tables(parts, promote_options="permissive")
+            rewrite = merge_tables([pq.read_table(d / n) for n in small])
             drop += small
     tmp = tmp_dir(root, table, day, tag)
     tmp.mkdir(parents=True)

@@ -10,6 +10,7 @@ import os
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -195,4 +196,30 @@ def test_a_half_published_day_and_a_damaged_manifest_stop_in_one_line_until_repa
     m2 = manifest(out, 2)
     assert (m2["added"], m2["removed"], m2["windows"]) == (good[2]["added"], [], good[2]["windows"])
     assert read(out, "arrivals").num_rows == 12
+    s.close()
+
+
+def test_a_merge_keeps_a_newer_bridges_column_and_an_older_exports_missing_one_stays_null(
+    tmp_path: Path,
+) -> None:
+    s = ExportStore(tmp_path / "store.db")
+    s.events(0, 3)
+    out = tmp_path / "export"
+    export(str(s.path), out, compact_files=2)
+    d = out / "arrivals" / ("date=" + day(0))
+    t = pq.read_table(d / part(3))
+    # the same day holds a newer bridge's file (one more column) and an older one's (one less)
+    pq.write_table(
+        t.append_column("rssi", pa.array([-60, -61, -62], pa.int32())),
+        d / ("part-%s-000000000001.parquet" % BRIDGE),
+    )
+    pq.write_table(t.drop_columns(["priority"]), d / ("part-%s-000000000002.parquet" % BRIDGE))
+    s.events(0, 1)
+    export(str(s.path), out, compact_files=2)  # 3 small files + 1 > 2: merged
+    assert files(out, "arrivals")[day(0)] == [part(3, 2), part(4)]
+    merged = pq.read_table(d / part(3, 2))
+    assert merged.num_rows == 9 and merged.column("rssi").null_count == 6
+    assert sorted(merged.column("rssi").drop_null().to_pylist()) == [-62, -61, -60]
+    assert merged.column("priority").null_count == 3  # the job reads it as its default (0)
+    assert not merged.schema.field("seq").nullable and merged.schema.field("priority").nullable
     s.close()
