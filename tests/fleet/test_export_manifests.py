@@ -14,8 +14,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from leadwire.bridge.export import export
+from leadwire.fleet.fs import list_files
 from leadwire.fleet.job import DATED_TABLES, TABLE_ORDER, run_job
+from leadwire.fleet.manifests import new_files
+from leadwire.fleet.options import BadInput
 from leadwire.fleet.oracle import compare_tables, read_job_tables
+from leadwire.fleet.schema import TABLES
 from tests.bridge.export_store import BRIDGE, ExportStore, day, files, part
 
 pytestmark = pytest.mark.spark
@@ -114,3 +118,41 @@ def test_incremental_run_reads_the_manifests_and_the_new_files_only(
     cw = want["channel_windows"]
     assert cw["messages"].sum() == 29 * 30 + 19 + 22 and cw["lost"].sum() == 0  # the gap filled
     s.close()
+
+
+@pytest.mark.timeout(300)
+def test_new_files_first_run_leaves_an_unfinished_run_and_damaged_or_removed_manifests_stop_in_one_line(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    s = ExportStore(tmp_path / "store.db")
+    s.events(0, 5)
+    s.loss(0, seq=1, ended_k=0, recovered=1)
+    out = tmp_path / "export"
+    export(str(s.path), out)
+    s.events(1, 5)
+    export(str(s.path), out)
+    s.close()
+    # a run publishing now: its file is there, its manifest not yet
+    early = out / "arrivals" / ("date=" + day(1)) / part(99)
+    early.write_bytes((out / "arrivals" / ("date=" + day(1)) / part(10)).read_bytes())
+
+    def listing() -> dict[str, list[tuple[str, str]]]:
+        return {t: list_files(spark, str(out / t)) for t in TABLES}
+
+    first = new_files(spark, str(out), {}, listing)
+    assert first.runs == {BRIDGE: 2}
+    names = sorted(u.rsplit("/", 1)[1] for u, _ in first.new["arrivals"])
+    assert names == [part(5), part(10)] and len(first.listed["arrivals"]) == 3
+    assert [u.rsplit("/", 1)[1] for u, _ in first.new["losses"]] == [part(1)]
+    assert new_files(spark, str(out), {"runs": {BRIDGE: 2}}, listing).new["arrivals"] == []
+    got = new_files(spark, str(out), {"runs": {BRIDGE: 1}}, listing)
+    assert [(u.rsplit("/", 1)[1], d) for u, d in got.new["arrivals"]] == [(part(10), day(1))]
+
+    (out / "_runs" / BRIDGE / "00000002.json").write_text("{")
+    with pytest.raises(
+        BadInput, match=r"00000002\.json: corrupt export manifest: run `leadwire export --repair"
+    ):
+        new_files(spark, str(out), {"runs": {BRIDGE: 1}}, listing)
+    (out / "_runs" / BRIDGE / "00000001.json").unlink()
+    with pytest.raises(BadInput, match="manifests of bridge %s after run 0 were removed" % BRIDGE):
+        new_files(spark, str(out), {"runs": {"other": 1}}, listing)
