@@ -756,21 +756,23 @@ class Bridge:
             if self._stopping:
                 return
             try:
-                await self.flush()
+                await self.flush(periodic=True)
             except Exception as e:
                 self.failed = e
                 self.log.exception("store_failed", extra={"fields": {"store": self.cfg.store}})
                 asyncio.get_running_loop().create_task(self.stop())
                 return
 
-    async def flush(self) -> int:
-        """Commit everything the clients produced so far in one transaction; returns arrival rows."""
+    async def flush(self, periodic: bool = False) -> int:
+        """Commit everything the clients produced so far in one transaction; returns arrival rows.
+        The flusher's `periodic` commits leave a devices row whose counters alone changed for a
+        later one (store.drain: at most COUNTERS_EVERY old); any other flush writes them all."""
         assert self._flush_lock is not None and self._flushed is not None
         if self.failed is not None or self.store is None:
             return 0
         async with self._flush_lock:
             batch = Batch()
-            drain(self.clients.values(), batch)
+            drain(self.clients.values(), batch, asyncio.get_running_loop().time() if periodic else None)
             batch.seen, self.seen = self.seen, []
             self.pending_rows = 0
             if not batch.devices and not batch.seen:

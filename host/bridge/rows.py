@@ -64,6 +64,9 @@ SEG_ARRIVAL = 1
 _COUNTERS_JSON = '{"device":{%s},"channels":{%%s}}' % ",".join('"%s":%%d' % k for k in DEVICE_COUNTERS)
 _CHANNEL_JSON = '"%%d":{%s}' % ",".join('"%s":%%d' % k for k in CHANNEL_COUNTERS)
 
+# frame_bytes - payload of the one record of a one-event batch (_events: record head + frame overhead)
+_EXTRA_ONE = wire.RECORD_HEAD + wire.OVERHEAD + wire.BATCH_HEAD
+
 TS_MIN_US = 946_684_800_000_000  # 2000-01-01: a prefix timestamp outside [2000, 2100) is ignored
 TS_MAX_US = 4_102_444_800_000_000
 
@@ -123,6 +126,11 @@ class Rows:
         self.out_deliveries: list[tuple[Delivery, int]] = []
         self.log: list[tuple[str, dict[str, Any]]] = []  # structured log records for the I/O layer
         self.dirty = False
+        # the devices row last drained (row_state()) and when: a change of the counters alone is
+        # written at most every store.COUNTERS_EVERY (store.drain), pending until then
+        self.row_written: tuple[Any, ...] | None = None
+        self.row_at = float("-inf")
+        self.row_pending = False
 
     @property
     def out_arrivals(self) -> list[tuple[Any, ...]]:
@@ -159,8 +167,12 @@ class Rows:
 
     def _events(self, f: codec.Frame, evs: list[tuple[int, int, bytes]], rx_us: int) -> None:
         """First arrivals of a batch of events: rows built column-wise (zip in C, no per-event loop
-        body); lead from the core's LeadTracker for every event."""
+        body); lead from the core's LeadTracker for every event. A batch of one (a slow device's
+        answer) is one row built directly: the column-wise build costs more than it saves there."""
         n = len(evs)
+        if n == 1:
+            self._event(f, evs[0], rx_us)
+            return
         offs, chs, datas = zip(*evs, strict=True)
         lead_of = self.lead.lead
         sender = self.device_id
@@ -211,6 +223,36 @@ class Rows:
             )
         self.lead_last = self.lead.last(sender, EVENT_LEAD_CHANNEL)
         self.dc["events_stored"] += n
+
+    def _event(self, f: codec.Frame, ev: tuple[int, int, bytes], rx_us: int) -> None:
+        """_events() of a batch of one event: the same row, counters and delivery."""
+        off, ch, data = ev
+        sender = self.device_id
+        lead = self.lead.lead(sender, EVENT_LEAD_CHANNEL, off)
+        self.arrival = a = self.arrival + 1
+        gen = None
+        if self.ts_prefix:
+            g = int.from_bytes(data[:8], "big")
+            if TS_MIN_US <= g < TS_MAX_US:
+                gen = g
+        self._rows(SEG_EVENT).append(
+            (self.dev_key, a, self.pc.epoch, self.boots, ch, off, lead, f.priority, _EXTRA_ONE, gen, rx_us,
+             data)
+        )  # fmt: skip
+        self.out_rows += 1
+        self.out_event_rows += 1
+        c = self.cc.get(ch)
+        if c is None:
+            c = self.cc[ch] = [0, 0, 0, 0, 0]
+        c[C_RECEIVED] += 1
+        if lead > 1:
+            c[C_GAPS] += 1
+        if self.deliver:
+            self.out_deliveries.append(
+                (Delivery(KIND_EVENT, ch, off, data, f.priority, False, False, 0, rx_us), lead)
+            )
+        self.lead_last = self.lead.last(sender, EVENT_LEAD_CHANNEL)
+        self.dc["events_stored"] += 1
 
     def _rows(self, kind: int) -> list[tuple[Any, ...]]:
         """The row list to append arrivals of this kind to (arrival order is kept across kinds)."""
@@ -277,8 +319,9 @@ class Rows:
         chans = ",".join([_CHANNEL_JSON % (ch, *v) for ch, v in self.cc.items()])
         return _COUNTERS_JSON % (*[dc[k] for k in DEVICE_COUNTERS], chans)
 
-    def snapshot(self) -> tuple[Any, ...]:
-        """The devices row written in the same transaction as the drained outputs."""
+    def row_state(self) -> tuple[Any, ...]:
+        """The devices row without its counters: what must reach the store in the transaction that
+        holds the rows it goes with (the offset n, the epoch, the arrival counter ...)."""
         pc = self.pc
         return (
             pc.n,
@@ -292,6 +335,9 @@ class Rows:
             self.firmware,
             self.board,
             self.board_id,
-            self.counters_json(),
-            self.dev_key,
         )
+
+    def snapshot(self, state: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        """The devices row written in the same transaction as the drained outputs (`state`: its
+        row_state(), when the caller has it)."""
+        return (*(state or self.row_state()), self.counters_json(), self.dev_key)

@@ -164,13 +164,33 @@ def boot_row(dev: int, b: Boot) -> tuple[Any, ...]:
     return (dev, b.boot_epoch, b.boots, b.firmware, b.board, b.first_seen_us, b.detected_by)
 
 
-def drain(clients: Iterable[DeviceClient], batch: Batch) -> None:
-    """Move every dirty client's outputs and state into the batch (on the event loop thread)."""
+COUNTERS_EVERY = 1.0  # s: a devices row whose counters alone changed is written at most this often
+
+
+def drain(clients: Iterable[DeviceClient], batch: Batch, now: float | None = None) -> None:
+    """Move every dirty client's outputs and state into the batch (on the event loop thread).
+
+    With `now` (the caller's clock, seconds), a client with no rows to write whose devices row
+    differs from the last one drained only in its counters (an answer with no event: the polls
+    and round trips counted) is left pending (``row_pending``, no longer dirty, so it is looked at
+    again only when it changes again) and written once COUNTERS_EVERY has passed since that row,
+    or with its next rows: every change of the offset n, the epoch or the arrival counter still
+    commits with the rows it goes with, and the counters in the store are at most COUNTERS_EVERY
+    old. Without `now` every dirty or pending client's row is written (a flush on request, the
+    last one at stop)."""
     segs = batch.segments
     for c in clients:
+        state = None
         if not c.dirty:
-            continue
-        c.dirty = False
+            if not c.row_pending or (now is not None and now - c.row_at < COUNTERS_EVERY):
+                continue
+        elif now is not None and not (c.out_segments or c.out_losses or c.out_boots or c.out_acks):
+            state = c.row_state()
+            if state == c.row_written and now - c.row_at < COUNTERS_EVERY:
+                c.dirty = False
+                c.row_pending = True
+                continue
+        c.dirty = c.row_pending = False
         if c.out_segments:
             segs.extend(c.out_segments)
             c.out_segments = []
@@ -187,7 +207,12 @@ def drain(clients: Iterable[DeviceClient], batch: Batch) -> None:
         if c.out_acks:
             batch.acks.append((c, c.session, c.out_acks))
             c.out_acks = []
-        batch.devices.append(c.snapshot())
+        if state is None:
+            state = c.row_state()
+        if now is not None:
+            c.row_at = now
+        c.row_written = state
+        batch.devices.append(c.snapshot(state))
 
 
 class Store:
