@@ -806,16 +806,25 @@ def fleet_phase(tmp: Path, args: SimpleNamespace, writers: list[str], res: dict[
 def fleet_line(r: dict[str, Any]) -> str:
     return (
         "  %s %5d devices x %g Hz (%g ev/s each), %d shard(s), writer %-7s: %.2f polls/s per device"
-        " (%.0f round trips/s), timeouts %d, silent %d; devices off: mean >10%% %d, p99 >1.5x %d (p99"
-        " median %.2fx, worst %.2fx); CPU us per round trip: bridge %.1f + writer %.1f, simulator %.1f;"
-        " per event: bridge %.1f + writer %.1f; CPU bridge %.0f%% writer %.0f%% sim %.0f%%; load %s"
+        " (%.0f round trips/s), timeouts %d, silent %d; mean interval / nominal: median %.3f, worst %.3f;"
+        " p99 / nominal: median %.2f, worst %.2f; devices off: mean >10%% %d, p99 >1.5x %d -> %s;"
+        " CPU us per round trip: bridge %.1f + writer %.1f, simulator %.1f; per event: bridge %.1f + writer"
+        " %.1f; CPU bridge %.0f%% writer %.0f%% sim %.0f%%; load %s"
         % (r["code"], r["devices"], r["hz"], r["rate"], r["shards"], r["writer"], r["polls_per_device_per_s"],
-           r["round_trips_per_s"], r["timeouts"], r["silent"], r["devices_mean_off_10pct"],
-           r["devices_p99_off_1_5x"], r["median_p99_ratio"], r["worst_p99_ratio"], r["bridge_cpu_us_per_rt"],
+           r["round_trips_per_s"], r["timeouts"], r["silent"], r["median_mean_ratio"], r["worst_mean_ratio"],
+           r["median_p99_ratio"], r["worst_p99_ratio"], r["devices_mean_off_10pct"],
+           r["devices_p99_off_1_5x"], "criteria met" if criteria_met(r) else "criteria NOT met",
+           r["bridge_cpu_us_per_rt"],
            r["writer_cpu_us_per_rt"], r["sim_cpu_us_per_rt"], r["bridge_cpu_us_per_event"],
            r["writer_cpu_us_per_event"], r["bridge_cpu_percent"], r["writer_cpu_percent"],
            r["sim_cpu_percent"], r["load"])
     )  # fmt: skip
+
+
+def criteria_met(r: dict[str, Any]) -> bool:
+    """The issue's criteria for a fleet run: every device's mean poll interval within 10% of
+    nominal and its p99 within 1.5x (a device polled fewer than twice counts as off), 0 silent."""
+    return r["devices_mean_off_10pct"] == 0 and r["devices_p99_off_1_5x"] == 0 and r["silent"] == 0
 
 
 def fleet_summary(runs: list[dict[str, Any]], args: SimpleNamespace) -> None:
@@ -830,10 +839,11 @@ def fleet_summary(runs: list[dict[str, Any]], args: SimpleNamespace) -> None:
     for (devices, hz, shards, writer), by in groups.items():
         for code, rs in by.items():
             print("  %-6s %5d x %g Hz, %d shard(s), writer %-7s: %s polls/s per device, CPU us per round"
-                  " trip: bridge %s + writer %s, simulator %s; silent %d"
+                  " trip: bridge %s + writer %s, simulator %s; silent %d; criteria met in %d of %d runs"
                   % (code, devices, hz, shards, writer, show(rs, "polls_per_device_per_s", "%.2f"),
                      show(rs, "bridge_cpu_us_per_rt", "%.1f"), show(rs, "writer_cpu_us_per_rt", "%.1f"),
-                     show(rs, "sim_cpu_us_per_rt", "%.1f"), sum(r["silent"] for r in rs)))  # fmt: skip
+                     show(rs, "sim_cpu_us_per_rt", "%.1f"), sum(r["silent"] for r in rs),
+                     sum(criteria_met(r) for r in rs), len(rs)))  # fmt: skip
         if "before" in by and "now" in by:
             pairs = list(zip(by["now"], by["before"], strict=True))
             for key in ("bridge_cpu_us_per_rt", "writer_cpu_us_per_rt"):

@@ -102,7 +102,7 @@ def combine(outs: list[dict[str, Any]], sim: float, devices: int, hz: float, sha
     keys = ("cpu", "wcpu", "rt", "to", "events", "silent", "devices", "silent_devices", "mean_off", "p99_off",
             "requests")  # fmt: skip
     tot = {k: sum(o[k] for o in outs) for k in keys}
-    means = [m for o in outs for m in o["mean_ratios"]]
+    means = sorted(m for o in outs for m in o["mean_ratios"])
     p99s = sorted(p for o in outs for p in o["p99_ratios"])
     rt, ev = max(1, tot["rt"]), max(1, tot["events"])
     return {
@@ -120,6 +120,7 @@ def combine(outs: list[dict[str, Any]], sim: float, devices: int, hz: float, sha
         "silent_devices": tot["silent_devices"],
         "devices_mean_off_10pct": tot["mean_off"],
         "devices_p99_off_1_5x": tot["p99_off"],
+        "median_mean_ratio": means[len(means) // 2] if means else float("nan"),
         "worst_mean_ratio": max(means, key=lambda m: abs(m - 1.0)) if means else float("nan"),
         "median_p99_ratio": p99s[len(p99s) // 2] if p99s else float("nan"),
         "worst_p99_ratio": p99s[-1] if p99s else float("nan"),
