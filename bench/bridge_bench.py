@@ -27,6 +27,9 @@ Phases (one run, one machine):
    per round trip and per event of the bridge, its store writer and the simulators (process CPU
    seconds: far less at the mercy of other load than wall time). ``--before REF`` runs every fleet
    with REF's bridge code too, back to back, and prints the ratios.
+   ``--only rtcost``: the CPU per round trip of one goal shard's parts without I/O (virtual time,
+   one process: tools/fleet_shards.rt_cost), with ``--before REF`` paired; the load of a shared
+   machine moves it far less than the live fleet's figures.
 5. Adaptive polling, in virtual time (sans-I/O client + simulated ring, deterministic): bursty
    traffic against fixed intervals and against the adaptive policy: polls sent and events lost.
 6. Durable ACKs (``--only durable``): the live ingest of 3. with push sessions beside it
@@ -860,6 +863,31 @@ def fleet_summary(runs: list[dict[str, Any]], args: SimpleNamespace) -> None:
               % (devices, hz, writer, rt_s, us, rt_s * us / 1e6))  # fmt: skip
 
 
+def rtcost_phase(tmp: Path, args: SimpleNamespace, res: dict[str, Any]) -> None:
+    """CPU per round trip of the bridge's parts without I/O (tools/fleet_shards.rt_cost): the goal's
+    shard (--rtcost-devices signed devices at 2 Hz, 1 ev/s) in virtual time, paired with --before's
+    code, the order swapped every other repetition."""
+    codes: list[str | None] = [None]
+    if args.before:
+        codes = [before_tree(args.before, tmp / "before-rtcost"), None]
+    runs: list[dict[str, Any]] = []
+    for i in range(args.repeat):
+        for code in codes if i % 2 == 0 else codes[::-1]:
+            r = fleet_shards.rt_cost_run(args.rtcost_devices, 12, code)
+            runs.append(r)
+            print("  %-6s %d devices x 2 Hz, CPU us per round trip without I/O: request + sign %.2f, receive"
+                  " %.2f, drain %.2f = bridge %.2f; store write %.2f; the device's answer %.2f"
+                  % (r["code"], r["devices"], r["request_us_per_rt"], r["receive_us_per_rt"],
+                     r["drain_us_per_rt"], r["bridge_us_per_rt"], r["write_us_per_rt"],
+                     r["device_us_per_rt"]), flush=True)  # fmt: skip
+    res["rtcost"] = runs
+    now = [r for r in runs if r["code"] == "now"]
+    before = [r for r in runs if r["code"] == "before"]
+    for key in ("bridge_us_per_rt", "write_us_per_rt") if before else ():
+        ratio = statistics.median([a[key] / max(1e-9, b[key]) for a, b in zip(now, before, strict=True)])
+        print("  ratio now / before, %s: %.2f" % (key, ratio))
+
+
 def authcost_phase(res: dict[str, Any]) -> None:
     res["auth_cost"] = [auth_cost(events=k) for k in (PER_ANSWER, 1)]
     for ac in res["auth_cost"]:
@@ -911,6 +939,7 @@ def adaptive_phase(res: dict[str, Any]) -> None:
 @click.option("--goal-rate", type=float, default=1.0, help="events/s per device in the big fleet")
 @click.option("--goal-shards", type=int, default=2, help="bridge processes for the big fleet")
 @click.option("--before", default="", help="git ref: every fleet run also with that ref's bridge code")
+@click.option("--rtcost-devices", type=int, default=5000, help="devices in the rtcost phase (one goal shard)")
 @click.option("--fleet-commit", type=float, default=0.1, help="commit_interval of the 10 Hz run (s)")
 @click.option("--fleet-no-auth", is_flag=True, help="the 10 Hz fleet with auth = false")
 @click.option("--seconds", type=float, default=10.0)
@@ -955,6 +984,8 @@ def bench(args: SimpleNamespace) -> int:
             ingest_phase(tmp, args, writers, res)
         if "fleet" in only:
             fleet_phase(tmp, args, writers, res)
+        if "rtcost" in only:
+            rtcost_phase(tmp, args, res)
     if "authcost" in only:
         authcost_phase(res)
     if "adaptive" in only:

@@ -260,10 +260,89 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
             "mean_ratios": means, "p99_ratios": p99s, "mean_off": mean_off, "p99_off": p99_off}  # fmt: skip
 
 
+# -- the CPU of a round trip's parts, without I/O (its own process: --rt-cost) -------------------------
+
+
+def rt_cost(
+    devices: int, rounds: int, hz: float = 2.0, rate: float = 1.0, commit: float = 0.1
+) -> dict[str, Any]:
+    """CPU per round trip of the bridge's parts without sockets or event loop, in virtual time: the
+    fleet's signed devices (VirtualRing, `rate` events/s, 64 B) answer in this process, each polled
+    at `hz`; a commit (drain + Store.write, synchronous "normal": the fsync is not CPU) every
+    `commit` s. CPU time (process_time) around each part for a whole slice of devices at a time:
+    what the shared machine's load changes little (no preemption counted, the same work every run).
+    Runs whatever leadwire is on the path (the --before code too)."""
+    import inspect
+
+    from leadwire.bridge.client import DeviceClient
+    from leadwire.bridge.config import DeviceConfig, PollConfig
+    from leadwire.bridge.store import Batch, Store, drain
+    from leadwire.tools.simdevice import VirtualRing
+
+    t0_us = 1_700_000_000_000_000
+    poll = PollConfig(**polling(hz, 0.5))
+    rings = [VirtualRing(i, rate, 1024, 64, key=os.urandom(32), t0_us=t0_us) for i in range(devices)]
+    with tempfile.TemporaryDirectory() as td:
+        store = Store(str(Path(td) / "cost.db"), "cost", synchronous="normal")
+        states = store.register_many([(r.board_id, "udp", "127.0.0.1:1") for r in rings])
+        cfgs = [DeviceConfig(r.board_id, "udp", key=r.key, timestamp="prefix_us") for r in rings]
+        clients = [DeviceClient(dev, cfg, poll, st) for cfg, (dev, st) in zip(cfgs, states, strict=True)]
+        timed_drain = "now" in inspect.signature(drain).parameters
+        slices = max(1, round(1 / hz / commit))
+        pt = time.process_time
+        parts = dict.fromkeys(("request", "device", "receive", "drain", "write"), 0.0)
+        rts = 0
+        t = 0.0
+        for rnd in range(rounds):
+            if rnd == 3:  # HELLOs and first contacts done
+                parts = dict.fromkeys(parts, 0.0)
+                rts = 0
+            for j in range(slices):
+                idx = range(j, devices, slices)
+                now_us = t0_us + int(t * 1e6)
+                a = pt()
+                reqs = [clients[i].request_bytes(t) for i in idx]
+                b = pt()
+                answers = [rings[i].handle(d, now_us) for i, d in zip(idx, reqs, strict=True)]
+                c = pt()
+                for i, ans in zip(idx, answers, strict=True):
+                    if ans is not None:
+                        clients[i].receive(ans, t + 0.0005, now_us)
+                d = pt()
+                t += commit
+                batch = Batch()
+                drain(clients, batch, t) if timed_drain else drain(clients, batch)
+                e = pt()
+                batch.commit_us = now_us
+                store.write(batch)
+                f = pt()
+                for k, v in zip(parts, (b - a, c - b, d - c, e - d, f - e), strict=True):
+                    parts[k] += v
+                rts += len(idx)
+        store.close()
+    out: dict[str, Any] = {k + "_us_per_rt": 1e6 * v / max(1, rts) for k, v in parts.items()}
+    out["bridge_us_per_rt"] = sum(out[k + "_us_per_rt"] for k in ("request", "receive", "drain"))
+    out.update(devices=devices, round_trips=rts)
+    return out
+
+
+def rt_cost_run(devices: int, rounds: int, code: str | None) -> dict[str, Any]:
+    """rt_cost in a process of its own, with the bridge code at `code` (a PYTHONPATH) or this tree's."""
+    env = {**os.environ, "PYTHONPATH": code} if code else None
+    r = subprocess.run([sys.executable, __file__, "--rt-cost", str(devices), str(rounds)], env=env,
+                       capture_output=True, text=True, check=True, timeout=600)  # fmt: skip
+    out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    out["code"] = "before" if code else "now"
+    return out
+
+
 def main() -> None:
     from leadwire.tools.simdevice import raise_nofile
 
     raise_nofile()
+    if sys.argv[1] == "--rt-cost":
+        print(json.dumps(rt_cost(int(sys.argv[2]), int(sys.argv[3]))))
+        return
     path = Path(sys.argv[1])
     out = asyncio.run(shard(json.loads(path.read_text())))
     path.with_suffix(".out").write_text(json.dumps(out))

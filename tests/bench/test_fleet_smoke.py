@@ -33,3 +33,15 @@ def test_fleet_phase_two_shards_and_a_before_ref(tmp_path: Path) -> None:
         # can stay under one tick, so their figure is only required to be there
         assert x["sim_cpu_us_per_rt"] >= 0
     assert "ratio now / before, bridge_cpu_us_per_rt" in r.stdout
+
+
+def test_rt_cost_parts_without_io() -> None:
+    """The rtcost phase's measurement (tools/fleet_shards.rt_cost): every device answered once per
+    round after the three warm-up rounds, each part's CPU counted."""
+    from leadwire.tools.fleet_shards import rt_cost
+
+    r = rt_cost(20, 5)
+    assert (r["devices"], r["round_trips"]) == (20, 2 * 20)
+    for part in ("request", "device", "receive", "drain", "write"):
+        assert r[part + "_us_per_rt"] > 0
+    assert r["bridge_us_per_rt"] == r["request_us_per_rt"] + r["receive_us_per_rt"] + r["drain_us_per_rt"]
