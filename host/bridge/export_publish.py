@@ -51,6 +51,9 @@ STATE_DIR = "_leadwire_export"
 _PENDING = (".tmp", ".swap")  # a day version being built; the old one set aside (no RENAME_EXCHANGE)
 
 
+RENAMEAT2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc >= 2.28
+
+
 class ExportError(Exception):
     """One line: what is wrong with the export directory and how to recover."""
 
@@ -105,8 +108,7 @@ def locked(root: Path) -> Iterator[None]:
 def exchange(a: Path, b: Path) -> None:
     """Swap two directories in one step (Linux renameat2). Where the kernel or filesystem has no
     RENAME_EXCHANGE, two renames: a reader may then find the day missing for that moment."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fn = getattr(libc, "renameat2", None)
+    fn = RENAMEAT2
     if fn is not None and fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
         return
     err = ctypes.get_errno() if fn is not None else errno.ENOSYS

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from leadwire.bridge import export_manifest
+from leadwire.bridge import export_manifest, export_publish
 from leadwire.bridge.export import export
 from leadwire.bridge.export_publish import ExportError
 from leadwire.cli import main
@@ -222,4 +222,45 @@ def test_a_merge_keeps_a_newer_bridges_column_and_an_older_exports_missing_one_s
     assert sorted(merged.column("rssi").drop_null().to_pylist()) == [-62, -61, -60]
     assert merged.column("priority").null_count == 3  # the job reads it as its default (0)
     assert not merged.schema.field("seq").nullable and merged.schema.field("priority").nullable
+    s.close()
+
+
+def test_without_rename_exchange_a_day_is_swapped_by_two_renames_and_repair_puts_a_set_aside_day_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = ExportStore(tmp_path / "store.db")
+    s.events(0, 3)
+    out = tmp_path / "export"
+    export(str(s.path), out)
+    monkeypatch.setattr(export_publish, "RENAMEAT2", None)
+    s.events(0, 2)
+    export(str(s.path), out)
+    assert files(out, "arrivals") == {day(0): [part(3), part(5)]}
+    assert read(out, "arrivals").num_rows == 5
+    # a crash between the two renames: the day set aside, its next version not yet in place
+    live = out / "arrivals" / ("date=" + day(0))
+    os.rename(live, out / "arrivals" / (".date=%s.swap" % day(0)))
+    r = CliRunner().invoke(main, ["export", "--store", str(s.path), "--out", str(out)])
+    assert r.exit_code == 1 and ".date=%s.swap" % day(0) in r.output
+    assert export_manifest.repair(out) == ["restored arrivals/date=%s" % day(0)]
+    assert files(out, "arrivals") == {day(0): [part(3), part(5)]}
+    s.close()
+
+
+def test_manifests_and_retired_versions_older_than_the_retention_are_removed_the_newest_kept(
+    tmp_path: Path,
+) -> None:
+    s = ExportStore(tmp_path / "store.db")
+    out = tmp_path / "export"
+    for _ in range(4):
+        s.events(0, 2)
+        export(str(s.path), out, compact_files=2)
+    assert export_manifest.runs(out, BRIDGE) == [1, 2, 3, 4]
+    assert sorted(os.listdir(out / "_retired" / BRIDGE)) == ["00000002", "00000003", "00000004"]
+    now = manifest(out, 4)["time"]
+    assert export_manifest.prune(out, BRIDGE, 1, now=now + 86400 / 2) == []
+    assert export_manifest.prune(out, BRIDGE, 1, now=now + 86400 * 2) == [1, 2, 3]
+    assert export_manifest.runs(out, BRIDGE) == [4]
+    assert sorted(os.listdir(out / "_retired" / BRIDGE)) == ["00000004"]
+    assert read(out, "arrivals").num_rows == 8
     s.close()
