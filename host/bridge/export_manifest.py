@@ -116,7 +116,8 @@ def write(root: Path, tag: str, doc: dict[str, Any]) -> None:
 
 def prune(root: Path, tag: str, retain_days: float, now: float | None = None) -> list[int]:
     """Remove the manifests (and what their runs retired) older than retain_days, the newest
-    kept. Returns the runs removed."""
+    kept; oldest first, up to the first one still kept (runs are numbered in time order), so a
+    run opens one or a few of them. Returns the runs removed."""
     now = time.time() if now is None else now
     have = runs(root, tag)
     gone = []
@@ -124,11 +125,12 @@ def prune(root: Path, tag: str, retain_days: float, now: float | None = None) ->
         try:
             t = float(json.loads(manifest_path(root, tag, run).read_text()).get("time", now))
         except (OSError, ValueError, AttributeError):
-            continue  # a damaged manifest is repair's to handle
-        if now - t > retain_days * 86400:
-            shutil.rmtree(root / RETIRED / tag / ("%08d" % run), ignore_errors=True)
-            manifest_path(root, tag, run).unlink()
-            gone.append(run)
+            break  # a damaged manifest is repair's to handle
+        if now - t <= retain_days * 86400:
+            break
+        shutil.rmtree(root / RETIRED / tag / ("%08d" % run), ignore_errors=True)
+        manifest_path(root, tag, run).unlink()
+        gone.append(run)
     return gone
 
 

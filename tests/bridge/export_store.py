@@ -12,10 +12,9 @@ import pyarrow.parquet as pq
 
 from leadwire.bridge.client import SEG_EVENT
 from leadwire.bridge.store import Batch, Store
+from tests.cli.stores import EPOCH, T0_US
 
 DAY_US = 86_400_000_000
-T0_US = 1_767_225_600_000_000  # 2026-01-01 00:00:00 UTC
-EPOCH = 0x1234ABCD
 BRIDGE = "bridge-a"
 
 
