@@ -10,6 +10,8 @@ What a run records, in OUT/_leadwire_fleet.json (`incremental`):
   from `late_days` before the newest date read on (older partitions are taken as complete and
   not listed again: a file added there later is not read);
 * `dates`: per dated table, the dates written (the partitions a later run merges into);
+* `runs`: per bridge, the newest export run manifest read (manifests.py: the next run reads the
+  files of the later ones instead of listing partitions);
 * `pending`: set while a run writes the dated tables, cleared with its state. A run that finds it
   set (the one before stopped in between: the tables may hold rows its state does not) starts
   over from no state, a full recompute written the same way.
@@ -152,9 +154,8 @@ def stage_carried_tables(run: Run) -> None:
     rec_new = T.transform_unstack(stage, "rec", T.RECOVERY_COLS)
     with run.prog.stage("merge the days touched: %s" % (", ".join(days["channel_windows"]) or "-")):
         old_cw = _old_days(spark, spec.out_dir, "channel_windows", days["channel_windows"], written)
-        old_rec: list[DataFrame] = []  # new_files gives the whole days of losses: recounted, not added to
         cw = run.cut(C.transform_merge_windows(*old_cw, cw_new, rev))
-        rec = run.cut(C.transform_merge_recoveries(*old_rec, rec_new) if old_rec else rec_new)
+        rec = run.cut(rec_new)  # of whole losses days (new_files): they replace those days
         boots = run.cut(frames["boots"].unionByName(boots0))
         rst_all = T.transform_restarts(boots, spec.window_seconds)
         in_days = "%s IN (%s)" % (day, ", ".join("'%s'" % d for d in days["channel_windows"]) or "''")
