@@ -244,10 +244,23 @@ def status(config_path: str | None, store: str | None, as_json: bool) -> None:
     help="merge a day's small files of this bridge when they would exceed this many",
 )
 @click.option(
+    "--retain-days",
+    default=7.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="days run manifests and replaced day versions are kept (run an incremental fleet job more often)",
+)
+@click.option(
     "--repair", is_flag=True, help="clean up after a crashed export or a damaged manifest; exports nothing"
 )
 def export(
-    config_path: str | None, store: str | None, out: str, since: str | None, compact_files: int, repair: bool
+    config_path: str | None,
+    store: str | None,
+    out: str,
+    since: str | None,
+    compact_files: int,
+    retain_days: float,
+    repair: bool,
 ) -> None:
     """Export the store as Hive-partitioned Parquet (arrivals, losses, boots); safe to repeat."""
     from .export import export as do_export
@@ -270,7 +283,7 @@ def export(
         click.echo("leadwire: store %s not found" % path, err=True)
         sys.exit(2)
     try:
-        counts = do_export(path, out, since, compact_files=compact_files)
+        counts = do_export(path, out, since, compact_files=compact_files, retain_days=retain_days)
     except ExportError as e:
         click.echo("leadwire: %s" % e, err=True)
         sys.exit(1)

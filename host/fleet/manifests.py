@@ -126,7 +126,7 @@ def new_files(
         if todo and todo[0] != last + 1:
             raise BadInput(
                 "%s: the export manifests of bridge %s after run %d were removed before this run read "
-                "them (an export keeps them --retain days): run once without the incremental state "
+                "them (`leadwire export --retain-days`, 7): run once without the incremental state "
                 "(delete OUT/_state and OUT/_leadwire_fleet.json)" % (input_dir, tag, last)
             )
         wanted[tag] = todo

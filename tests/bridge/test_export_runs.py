@@ -196,6 +196,10 @@ def test_a_half_published_day_and_a_damaged_manifest_stop_in_one_line_until_repa
     m2 = manifest(out, 2)
     assert (m2["added"], m2["removed"], m2["windows"]) == (good[2]["added"], [], good[2]["windows"])
     assert read(out, "arrivals").num_rows == 12
+    s.events(3, 1)
+    r = CliRunner().invoke(main, [*args, "--retain-days", "0"])
+    assert r.exit_code == 0 and json.loads(r.output)["run"] == 4
+    assert export_manifest.runs(out, BRIDGE) == [4] and read(out, "arrivals").num_rows == 13
     s.close()
 
 
