@@ -160,13 +160,23 @@ _MISMATCH = re.compile(
 )
 
 
+_GONE = re.compile(r"FILE_NOT_EXIST\] Encountered error while reading file (\S+?)\. File does not exist")
+
+
 def bad_input_from(e: Exception) -> BadInput | None:
     """The one-line BadInput an executor failure stands for (a null guard, a Parquet file whose
-    column has another type), or None for any other failure."""
+    column has another type, an export file gone since it was listed), or None for any other
+    failure."""
     text = str(e)
     i = text.find(_GUARD)
     if i >= 0:
         return BadInput(text[i + len(_GUARD) :].splitlines()[0].strip())
+    m = _GONE.search(text)
+    if m:
+        return BadInput(
+            "%s: gone since the job listed it (an export run merged its day into a new file, or "
+            "its retention passed): run the job again" % m.group(1)
+        )
     m = _MISMATCH.search(text)
     if m:
         return BadInput(

@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from leadwire.bridge.export import export
+from leadwire.fleet.extract import bad_input_from
 from leadwire.fleet.fs import list_files
 from leadwire.fleet.job import DATED_TABLES, TABLE_ORDER, run_job
 from leadwire.fleet.manifests import new_files
@@ -156,3 +157,17 @@ def test_new_files_first_run_leaves_an_unfinished_run_and_damaged_or_removed_man
     (out / "_runs" / BRIDGE / "00000001.json").unlink()
     with pytest.raises(BadInput, match="manifests of bridge %s after run 0 were removed" % BRIDGE):
         new_files(spark, str(out), {"runs": {"other": 1}}, listing)
+
+
+def test_a_file_an_export_merged_away_after_the_listing_is_one_line() -> None:
+    spark_text = (
+        "An error occurred while calling o31.collectToPython.\n: org.apache.spark.SparkException: "
+        "[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file file:///x/arrivals/"
+        "date=2026-01-30/part-b-000000000300.parquet. File does not exist. It is possible the "
+        "underlying files have been updated.\nYou can explicitly invalidate the cache"
+    )
+    got = bad_input_from(Exception(spark_text))
+    assert got is not None and str(got) == (
+        "file:///x/arrivals/date=2026-01-30/part-b-000000000300.parquet: gone since the job listed it "
+        "(an export run merged its day into a new file, or its retention passed): run the job again"
+    )
