@@ -55,7 +55,8 @@
 # by leadwire.hold), and the next POLL gets the RECOVERY again.
 #
 # States (docs/protocol.md 6.1 is markdown of TRANSITIONS, tested against it): `state` is the one
-# field that says which rules apply, and only _fire(event) moves it, as TRANSITIONS says; an event
+# field that says which rules apply, and only _fire(event) moves it, as TRANSITIONS says (a caller
+# restoring a stored client sets it: the constructor, HoldingPollClient.resume); an event
 # the table does not allow in the current state raises PollStateError (a bug, never a wire fault:
 # answers that do not fit are the STALE event, allowed everywhere). The open Loss (RECOVERY, CHASE)
 # is the only one whose `ended` is False; unproven events past n1 (leadwire.hold) only exist in CHASE.
@@ -81,10 +82,11 @@ ON_RESTART = "RECOVERY, new boot"
 ON_OVERRUN = "RECOVERY, overrun"
 ON_HELD = "RECOVERY, held frames taken"  # leadwire.hold: the gaps behind them counted, or a skip
 ON_AHEAD = "RECOVERY behind n (AHEAD)"  # leadwire.hold: a skip past n1 landed before the device
+ON_UNPROVEN = "NO_EVENT(n) past n1"  # leadwire.hold: proof of the skip waits for a HELLO answer
 ON_STALE = "stale answer"
 ON_TIMEOUT = "timeout"
 EVENTS_ORDER = (ON_HELLO, ON_NEW_BOOT, ON_PROBE, ON_NOTHING, ON_EVENTS, ON_N1, ON_FIRST, ON_RESTART,
-                ON_OVERRUN, ON_HELD, ON_AHEAD, ON_STALE, ON_TIMEOUT)  # fmt: skip
+                ON_OVERRUN, ON_HELD, ON_AHEAD, ON_UNPROVEN, ON_STALE, ON_TIMEOUT)  # fmt: skip
 
 TRANSITIONS = {
     START: {ON_HELLO: FIRST, ON_STALE: START, ON_TIMEOUT: START},
@@ -99,8 +101,8 @@ TRANSITIONS = {
                ON_N1: NORMAL, ON_RESTART: RECOVERY, ON_OVERRUN: CHASE, ON_HELD: RECOVERY,
                ON_STALE: RECOVERY, ON_TIMEOUT: RECOVERY},
     CHASE: {ON_HELLO: CHASE, ON_NEW_BOOT: RESTARTED, ON_NOTHING: RECOVERY, ON_EVENTS: RECOVERY,
-            ON_RESTART: RECOVERY, ON_OVERRUN: CHASE, ON_AHEAD: CHASE, ON_STALE: CHASE,
-            ON_TIMEOUT: CHASE},
+            ON_RESTART: RECOVERY, ON_OVERRUN: CHASE, ON_AHEAD: CHASE, ON_UNPROVEN: CHASE,
+            ON_STALE: CHASE, ON_TIMEOUT: CHASE},
 }  # fmt: skip
 
 

@@ -26,7 +26,8 @@
 # first overrun: a device that stopped generating right after it would lose the ring it still
 # holds.) The events up to n1 are counted lost at once; those after n1 (`unproven`: not
 # generated yet when the RECOVERY left) only once an answer shows the device got there (EVENTS from
-# s(n), NO_EVENT(n), or an overrun RECOVERY past them), added to the same Loss (lost and skipped).
+# s(n), an overrun RECOVERY past them, or NO_EVENT(n) and then a HELLO answer of the same boot: an
+# empty ring answers NO_EVENT to any n), added to the same Loss (lost and skipped).
 # Until then a RECOVERY of the same boot whose range ends before n answers "not there yet": AHEAD,
 # poll again (no new recovery; the events up to its n1 are proven, the rest stays unproven). If its
 # n1 is the one the answer before showed (nothing generated since: the device stopped, or makes less
@@ -40,12 +41,15 @@
 from leadwire import messages, wire
 from leadwire.client import (
     EVENTS,
+    HELLO,
     NORMAL,
+    NOTHING,
     ON_AHEAD,
     ON_HELD,
     ON_N1,
     ON_OVERRUN,
     ON_TIMEOUT,
+    ON_UNPROVEN,
     OVERRUN,
     RECOVER,
     RECOVERY,
@@ -78,6 +82,7 @@ class HoldingPollClient(PollClient):
         self.gap_ahead = 0  # second POLLs sent with a gap repoll, from the held burst's end
         self.gap_tag = -1  # tag of the gap repoll a second POLL followed (its RECOVERY is acted on)
         self.unproven = 0  # events after the device's newest seen, up to n: counted lost once proven
+        self.proof_due = False  # a NO_EVENT(n) showed them, a HELLO answer of the same boot will prove them
         self.aheads = 0  # AHEAD answers (a POLL past the device's newest landed too early)
         self.past_newest = 0  # overrun recoveries started past n1
         self.taken_back = 0  # such skips taken back: the device had generated nothing more
@@ -194,7 +199,18 @@ class HoldingPollClient(PollClient):
             and frame.seq == self.n
             and self.polling
         ):
-            self._prove()  # the device holds n: every event up to it was generated
+            # "the device holds n", or an empty ring answering any n: a boot that restarted since and
+            # has generated nothing yet (NO_EVENT carries no epoch). The proof waits for a HELLO
+            # answer that shows the same boot (asked now): boots only move on, and this NO_EVENT
+            # answered a POLL sent after that boot's RECOVERY, so it came from that boot
+            self.consecutive_errors = 0
+            self.no_events += 1
+            self.backlog = 0
+            self.burst_done = True
+            self.hello_due = True
+            self.proof_due = True
+            self._fire(ON_UNPROVEN)
+            return (NOTHING, None)
         if frame.type != wire.EVENTS:
             if frame.type == wire.RECOVERY and tag == self.gap_tag and tag == self.prev_tag:
                 # the gap repoll's answer (it asked from n): the gap was overwritten. Acted on as the
@@ -262,6 +278,7 @@ class HoldingPollClient(PollClient):
         if u < 0 or u > self.unproven:
             u = self.unproven
         self.unproven -= u
+        self.proof_due = False
         loss = self.loss
         if loss is not None and loss.lost is not None:
             loss.lost += u
@@ -354,6 +371,7 @@ class HoldingPollClient(PollClient):
         loss.skipped = skip - past
         loss.chase = c + 1
         self.unproven = past
+        self.proof_due = False
         self._ahead_n1 = n1
         if past:
             self.past_newest += 1
@@ -446,4 +464,8 @@ class HoldingPollClient(PollClient):
             self.held = {}
             self.recent = []
             self.unproven = 0
-        return super()._hello(hello)
+            self.proof_due = False
+        result = super()._hello(hello)
+        if self.proof_due and result[0] == HELLO:
+            self._prove()  # the boot of the NO_EVENT(n) that waited for it: the device got to n
+        return result

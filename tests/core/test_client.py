@@ -371,12 +371,15 @@ def test_every_event_is_received_once_or_counted_lost(seed: int, capacity: int, 
         for frame in arrivals:
             step(frame)
     cl.ask_hello()  # (a restart the client has not seen yet: the drain starts from the new boot)
-    while True:  # drain
+    dev.emit(1)  # (a fresh client never leaves first contact with an empty ring: it only answers NO_EVENT)
+    for _ in range(10_000):  # drain
         kind, data = exchange(cl, dev)
         if kind == c.EVENTS:
             ledger.took([o for o, _, _ in data])
-        elif kind == c.NOTHING and not cl.fresh:
+        elif kind == c.NOTHING and not cl.fresh and not getattr(cl, "proof_due", False):
             break
+    else:
+        raise AssertionError("not drained")
     ledger.boot(dev.epoch, None, drained=True)
     if not rebooted:  # counting starts at the first contact's n0 (always a RECOVERY: the client probes)
         assert_exact(dev, cl, ledger.got.get(dev.epoch, []), first)
@@ -576,17 +579,20 @@ def pipelined_run(
     cl.pipeline = False
     inflight.clear()
     cl.ask_hello()  # (a restart the client has not seen yet: the drain starts from the new boot)
-    while True:  # drain, one frame per POLL
+    dev.emit(1)  # (a fresh client never leaves first contact with an empty ring: it only answers NO_EVENT)
+    for _ in range(10_000):  # drain, one frame per POLL
         before = (cl.epoch, ledger.polled())
         kind, data = exchange(cl, dev)
         if kind == c.EVENTS:
             ledger.took([o for o, _, _ in data])
         elif kind == c.RECOVER and data is not None and data.cause == c.FIRST_CONTACT:
             first.append(data.n0)
-        elif kind == c.NOTHING and not cl.fresh:
+        elif kind == c.NOTHING and not cl.fresh and not getattr(cl, "proof_due", False):
             break
         if overload:
             ledger.check(*before)
+    else:
+        raise AssertionError("not drained")
     if overload:
         ledger.boot(dev.epoch, None, drained=True)  # the boot polled to its newest event: none pending
         assert cl.unproven == 0 if hold else True  # drained: the device got past every skip
@@ -674,6 +680,40 @@ def test_held_frames_ending_at_the_newest_event_are_not_followed_by_a_turnover_s
     assert kind == c.EVENTS and [o for o, _, _ in evs] == [13, 14, 15, 16]
     assert cl.n == 16 and cl.unproven == 0 and cl.turnover_skips == 0
     assert cl.received == 5 and cl.lost == 2  # 10, 13..16 stored; 11 and 12 overwritten
+
+
+def test_no_event_from_an_empty_ring_after_a_restart_proves_nothing() -> None:
+    # After a skip past n1, NO_EVENT(n) was taken as "the device got to n": the offsets skipped past
+    # n1 counted lost. But a boot that restarted and has generated nothing answers NO_EVENT(n) for any
+    # n (NO_EVENT carries no epoch): those offsets were never generated (the overload property test
+    # with restarts found it: phantom 16). The proof now waits for a HELLO answer of the same boot.
+    dev = Device(capacity=8, start=10)
+    cl = holding_client_at_10(dev)
+    cl.turnover = 8
+    dev.emit(20)
+    exchange(cl, dev)  # the first overrun: 3/4 of the ring
+    dev.emit(20)  # 31..50: a chase, the skip lands one past n1
+    kind, _ = exchange(cl, dev)
+    assert kind == c.RECOVER and cl.n == 51 and cl.unproven == 1 and cl.state == c.CHASE
+    lost = cl.lost
+    new = Device(capacity=8, start=7000, epoch=2)  # restarted, nothing generated yet
+    assert exchange(cl, new) == (c.NOTHING, None)  # NO_EVENT(51) from the empty ring
+    assert cl.unproven == 1 and cl.lost == lost and cl.hello_due and cl.state == c.CHASE
+    kind, _ = exchange(cl, new)  # the HELLO: a new boot, the unproven offset dropped uncounted
+    assert kind == c.HELLO and cl.restarts == 1 and cl.unproven == 0 and cl.lost == lost
+    # the same with the device itself at n: the HELLO shows the same boot and proves the offset
+    dev = Device(capacity=8, start=10)
+    cl = holding_client_at_10(dev)
+    cl.turnover = 8
+    dev.emit(20)
+    exchange(cl, dev)
+    dev.emit(20)
+    exchange(cl, dev)
+    dev.emit(1)  # 51: the device is at n
+    lost = cl.lost
+    assert exchange(cl, dev) == (c.NOTHING, None) and cl.unproven == 1
+    assert exchange(cl, dev)[0] == c.HELLO and cl.unproven == 0 and cl.lost == lost + 1
+    assert cl.state == c.CHASE
 
 
 def test_a_chase_skip_never_lands_exactly_on_n1() -> None:
@@ -805,14 +845,23 @@ def _held_recovery(cl: Recording) -> None:
     _answer(cl, _recovery(s + 3, s + 12))
 
 
-def _ahead(cl: Recording) -> None:
+def _past_n1(cl: Recording) -> None:
     # from the chase (n = 1019, 1020..1029 held): the next overrun skips past n1 (turnover 30 in a
-    # chase: 20 offsets unproven), and an answer of the device short of n says AHEAD
+    # chase: 20 offsets unproven)
     cl.turnover = 30
     _answer(cl, _recovery(1040, 1049))
     assert cl.unproven == 20 and cl.state == c.CHASE
     cl.fired.clear()
-    _answer(cl, _recovery(1045, 1054))
+
+
+def _ahead(cl: Recording) -> None:
+    _past_n1(cl)
+    _answer(cl, _recovery(1045, 1054))  # the device short of n: AHEAD
+
+
+def _unproven(cl: Recording) -> None:
+    _past_n1(cl)
+    _answer(cl, _nothing(cl.n))  # NO_EVENT(n): proof once a HELLO shows the same boot
 
 
 # each event of the table, caused in whichever state it is allowed in (the client at hand)
@@ -828,6 +877,7 @@ CAUSE = {
     c.ON_OVERRUN: lambda cl: _answer(cl, _recovery((cl.n + 50) & 0xFFFFFFFF, (cl.n + 59) & 0xFFFFFFFF)),
     c.ON_HELD: _held_recovery,
     c.ON_AHEAD: _ahead,
+    c.ON_UNPROVEN: _unproven,
     c.ON_STALE: lambda cl: cl.on_frame(_nothing(cl.n)((cl.tag + 1) & 0xFF)),  # not the outstanding tag
     c.ON_TIMEOUT: lambda cl: cl.on_timeout(),
 }
@@ -850,7 +900,7 @@ def test_every_transition_of_the_table_is_the_clients() -> None:
             assert cl.state == nxt
             check_state(cl)
             driven.add((state, event))
-    assert len(driven) == sum(len(row) for row in c.TRANSITIONS.values()) == 44
+    assert len(driven) == sum(len(row) for row in c.TRANSITIONS.values()) == 45
 
 
 def test_an_event_the_table_does_not_allow_raises() -> None:
@@ -867,7 +917,7 @@ def test_an_event_the_table_does_not_allow_raises() -> None:
                 cl._fire(event)
             assert cl.state == state
             refused += 1
-    assert refused == len(c.STATES) * len(c.EVENTS_ORDER) - 44
+    assert refused == len(c.STATES) * len(c.EVENTS_ORDER) - 45
 
 
 def test_protocol_md_carries_the_state_table() -> None:
