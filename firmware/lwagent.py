@@ -44,7 +44,7 @@ from micropython import const, heap_lock, heap_unlock
 
 from leadwire import device as dv
 from leadwire import wire
-from leadwire.bufcopy import copy_into
+from leadwire.device import hello, respond
 from leadwire.framing import encode_into
 
 _RX = const(136)  # largest frame accepted (a SUBSCRIBE of up to 115 channels, signed)
@@ -113,6 +113,9 @@ _DEC = const(14)
 _EP = const(15)  # lwauth.link(): the endpoint's bound methods, or None (auth off)
 _LIM = const(16)  # payload budget of a frame: link frame size - overhead (- auth trailer)
 _LASTP = const(17)  # messages.poll_key of the last POLL answered (a copy is not answered twice)
+# what leadwire.device.respond returns besides the frames dropped (>= 0)
+_R_BAD = const(-1)
+_R_OTHER = const(-4)
 # a push session (one per subscribed channel on a link)
 _RS = const(0)  # ReportSequence
 _BODY = const(1)  # report body being accumulated (count, backlog 0, records)
@@ -137,25 +140,15 @@ _SREAD = const(6)
 
 
 # lwauth.link() builds it: verify, sign_into, device_hello, device_sign_hello, rejects, epoch hi,
-# epoch lo, endpoint, hint
-_AVER = const(0)
+# epoch lo, endpoint, hint (the responder uses the others)
 _ASIGN = const(1)
-_AHELLO = const(2)
-_ASHELLO = const(3)
 _AREJ = const(4)
-_AEH = const(5)
-_AEL = const(6)
-_AEP = const(7)
-_AHINT = const(8)
 # frames (leadwire.wire; test_records checks these copies against wire and frames the core encodes)
 _TYPE_BITS = const(0x1F)  # byte 0: the frame type (wire.frame_type)
 _AUTH_BIT = const(0x20)  # byte 1: wire.F_AUTH << 4, a signed frame
 _CH_AT = const(2)  # the channel byte
 _TAG_AT = const(3)  # the message id byte: a request's tag, which its answer echoes (wire.tag)
-_OVERHEAD = const(12)  # wire.OVERHEAD: header and CRC (a HELLO request's size)
 _AUTH_SIZE = const(8)  # wire.AUTH_SIZE: the trailer of a signed frame
-_POLL_SIZE = const(16)  # wire.POLL_SIZE
-_POLL_BURST_SIZE = const(17)  # wire.POLL_BURST_SIZE: with max_frames ...
 _ACK_SIZE = const(14)  # wire.ACK_SIZE
 
 
@@ -246,55 +239,26 @@ class Agent:
             self.alarm(1, h[_BAD])  # messages.ALARM_BAD_FRAME
 
     def _rx(self, L, b, n, a):
-        # one received frame in b[:n], from a (UDP) or None (serial)
+        # one received frame in b[:n], from a (UDP) or None (serial): the core's responder answers
+        # POLLs and HELLOs and checks auth (leadwire/device.py: the order of the checks); what
+        # is left here are the push sessions' frames
         if wire.check(b, n):
             return self._bad()
-        t = b[0] & _TYPE_BITS
-        tx = L[_TX]
-        A = L[_EP]
-        if A is None:
-            if b[1] & _AUTH_BIT:  # signed while auth is off: refused
-                return self._bad()
-        elif t == wire.HELLO and n == _OVERHEAD + _AUTH_SIZE:
-            # a HELLO request: a new session, answered at once with the signed HELLO (K)
-            if A[_AHELLO](b, n, A[_AEH], A[_AEL]):
-                return
-            L[_LASTP] = -1  # its POLLs are new, whatever their tags
-            m = len(L[_HELLO])
-            copy_into(tx, 0, L[_HELLO], 0, m)
-            m = A[_ASHELLO](tx, dv.retag(tx, m, b[_TAG_AT]), A[_AEH], A[_AEL])
-            self.h[_DROP] += _send(L, tx, m, a)
-            return
-        elif A[_AVER](b, n):
-            # forged, replayed or unsigned: counted by the endpoint, not answered; but a board
-            # with no session yet (a new boot) says so with its boot HELLO, rate-limited
-            if A[_AHINT]():
-                self._boot_hello(L, a)
-            return
-        else:
-            n -= _AUTH_SIZE  # the frame as if unsigned (the checks below use n)
-        if t == wire.POLL and (n == _POLL_SIZE or n == _POLL_BURST_SIZE):
-            # the ring answers it (EventRing.respond: the burst, follow); a copy of the POLL just
-            # answered is not answered again (docs/protocol.md 5): its answer went
-            k = (b[_TAG_AT] << 16) | (b[8] << 8) | b[9]  # messages.poll_key: a small int (no alloc)
-            if k == L[_LASTP]:
-                return
-            m = self.ring.respond(b, n, tx, L[_LIM], _send, L, a)
-            if m < 0:
-                return self._bad()  # max_frames not 1..32
-            L[_LASTP] = k
-            self.h[_DROP] += m
-        elif t == wire.HELLO and n == _OVERHEAD:
-            L[_LASTP] = -1  # a client (re)starting: its POLLs are new, whatever their tags
-            m = len(L[_HELLO])
-            copy_into(tx, 0, L[_HELLO], 0, m)
-            self.h[_DROP] += _send(L, tx, dv.retag(tx, m, b[_TAG_AT]), a)
-        elif t == wire.ACK and n == _ACK_SIZE:
-            self._ack(L, b[_CH_AT], (wire.seq_hi(b) << 16) | wire.seq_lo(b), dv.u16(b, 0))
-        elif t == wire.SUBSCRIBE and dv.subscribe_channels(b, n) is not None:
-            self._sub(L, dv.subscribe_channels(b, n), a, b[_TAG_AT])
-        else:
+        m = respond(L, b, n, a, self.ring, _send)
+        if m >= 0:
+            self.h[_DROP] += m  # answered: the frames dropped
+        elif m == _R_BAD:
             self._bad()
+        elif m == _R_OTHER:
+            if b[1] & _AUTH_BIT:
+                n -= _AUTH_SIZE  # verified: the frame as if unsigned
+            t = b[0] & _TYPE_BITS
+            if t == wire.ACK and n == _ACK_SIZE:
+                self._ack(L, b[_CH_AT], (wire.seq_hi(b) << 16) | wire.seq_lo(b), dv.u16(b, 0))
+            elif t == wire.SUBSCRIBE and dv.subscribe_channels(b, n) is not None:
+                self._sub(L, dv.subscribe_channels(b, n), a, b[_TAG_AT])
+            else:
+                self._bad()
 
     def _sub(self, L, chs, a, tag):
         # a new session (spec 003) for each listed channel this board has; an empty list ends
@@ -386,16 +350,6 @@ class Agent:
                 s[_DEAD] = time.ticks_add(now, self.k[_RTO])
                 del L[_OWN][f.message_id]
         L[_NEXT] = time.ticks_add(now, L[_GAP])
-
-    def _boot_hello(self, L, a):
-        A = L[_EP]
-        m = len(L[_HELLO])
-        if A is None:
-            self.h[_DROP] += _send(L, L[_HELLO], m, a)
-        else:  # signed with session K = 0: a hint to the host to start a handshake
-            tx = L[_TX]
-            copy_into(tx, 0, L[_HELLO], 0, m)
-            self.h[_DROP] += _send(L, tx, A[_ASHELLO](tx, m, A[_AEH], A[_AEL]), a)
 
     async def io(self, L=None):
         # Serve a link (None: every link, one task each beyond the first, which this one serves):
@@ -568,5 +522,5 @@ def start(b, board):
     gc.threshold(4096)  # collect after 4 KB of garbage: bounds the low-water's dip
     for L in links:
         if not L[_UDP] or L[_PEER]:  # HELLO after boot
-            ag._boot_hello(L, L[_PEER])
+            ag.h[_DROP] += hello(L, 0, L[_PEER], _send)
     return ag

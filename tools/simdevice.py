@@ -40,7 +40,7 @@ from typing import Any
 
 import click
 
-from leadwire import auth, codec, framing, messages, wire
+from leadwire import auth, codec, device, framing, messages, wire
 from leadwire.bridge.rlimit import raise_nofile
 from leadwire.frames import FrameQueue
 from leadwire.reports import ReportSequence
@@ -48,10 +48,41 @@ from leadwire.ring import EventRing
 from leadwire.ring_host import HostRing
 
 EVENT = struct.Struct(">QII")  # generation time us, device index, event number in this boot
+# a link record as the firmware's (lwboot.link): the slots leadwire.device reads
+_NLINK, _TX, _HELLO, _EP, _LIM, _LASTP = 18, 2, 11, 15, 16, 17
 
 
 def now_us() -> int:
     return time.time_ns() // 1000
+
+
+def device_link(
+    hello: bytes, ep: auth.Endpoint | None, epoch: int, frame: int = wire.MAX_FRAME, hint: Any = None
+) -> list[Any]:
+    """A simulated device's link for leadwire.device.respond, in the firmware's layout
+    (lwboot.link): the answer buffer (`frame` bytes + the auth trailer) and the payload budget of
+    a `frame`-byte frame (less the trailer), the HELLO frame (tag 0; signed: K to fill in), auth
+    as lwauth.link makes it (hint(): the simulators send no boot HELLO as a hint unless given one)
+    and no POLL answered yet."""
+    a = wire.AUTH_SIZE if ep is not None else 0
+    L: list[Any] = [None] * _NLINK
+    L[_TX] = bytearray(frame + a)
+    L[_HELLO] = hello
+    if ep is not None:  # lwauth.link's list
+        L[_EP] = [ep.verify, ep.sign_into, ep.device_hello, ep.device_sign_hello, None,
+                  epoch >> 16, epoch & 0xFFFF, ep, hint or (lambda: 0)]  # fmt: skip
+    L[_LIM] = frame - wire.OVERHEAD - a
+    L[_LASTP] = -1
+    return L
+
+
+def _out(L: list[Any], b: Any, n: int, a: list[bytes]) -> int:
+    # the responder's d: each frame (signed with auth, as the firmware's _send does) onto the list a
+    A = L[_EP]
+    if A is not None and not b[1] & (wire.F_AUTH << 4):
+        n = A[1](b, n)  # sign_into
+    a.append(bytes(b[:n]))
+    return 0
 
 
 class SimCore:
@@ -74,7 +105,7 @@ class SimCore:
         self.index = index
         self.key = key  # authentication: every frame signed and checked; None: auth off
         self.auth: auth.Endpoint | None = None
-        self.refused = 0  # signed frames refused with auth off
+        self.refused = 0  # frames refused by authentication (forged, replayed, unsigned)
         self.capacity = capacity
         self.slot_size = slot_size
         self.channels = channels
@@ -89,8 +120,7 @@ class SimCore:
         self.reports_sent = 0
         self.report_retransmissions = 0
         self.acks_received = 0
-        self.bad_frames = 0
-        self.last_poll = -1  # messages.poll_key of the last POLL answered
+        self.bad_frames = 0  # (signed frames with auth off too: the firmware's rule)
         self.copies = 0  # POLLs not answered: copies of the one answered just before
         self.boot(start)
 
@@ -103,7 +133,6 @@ class SimCore:
         first = self.rng.getrandbits(32) if start is None else start & 0xFFFFFFFF
         self.start = first
         self.ring = HostRing(self.capacity, first, self.slot_size, epoch=self.epoch)
-        self.last_poll = -1  # messages.poll_key of the last POLL answered (none after a boot)
         self.generated = 0  # events written in this boot
         self.sessions: dict[int, ReportSequence] = {}
         self.queue = FrameQueue(self.frame_size)
@@ -112,6 +141,21 @@ class SimCore:
         self._pad = bytes(self.payload_size - EVENT.size)
         if self.key is not None:
             self.auth = auth.Endpoint(self.key, auth.TO_HOST)  # a new boot: no session, K from 1
+        h = messages.Hello(
+            self.epoch, self.capacity, self.slot_size, self.frame_size, self.boots, self.board_id,
+            self.firmware, self.board, 0 if self.auth is not None else None,
+        )  # fmt: skip
+        # the link the responder answers on (no POLL answered after a boot)
+        self.link = device_link(codec.encode(messages.hello_frame(h)), self.auth, self.epoch)
+
+    @property
+    def last_poll(self) -> int:
+        """messages.poll_key of the last POLL answered (-1: none since the boot or a HELLO)."""
+        return int(self.link[_LASTP])
+
+    @last_poll.setter
+    def last_poll(self, key: int) -> None:
+        self.link[_LASTP] = key
 
     def write_events(self, k: int, t_us: int | None = None) -> None:
         t = now_us() if t_us is None else t_us
@@ -132,16 +176,9 @@ class SimCore:
     def hello(self, tag: int = 0) -> bytes:
         """The HELLO answer (with auth: after a handshake, signed with the session K; before any,
         the boot HELLO signed with K = 0)."""
-        signed = self.auth is not None
-        h = messages.Hello(
-            self.epoch, self.capacity, self.slot_size, self.frame_size, self.boots, self.board_id,
-            self.firmware, self.board, 0 if signed else None,
-        )  # fmt: skip
-        b = codec.encode(messages.hello_frame(h, tag))
-        if self.auth is None:
-            return b
-        buf = bytearray(b) + bytes(auth.AUTH_SIZE)
-        return bytes(buf[: self.auth.device_sign_hello(buf, len(b), self.epoch >> 16, self.epoch & 0xFFFF)])
+        out: list[bytes] = []
+        device.hello(self.link, tag, out, _out)
+        return out[0]
 
     def sign(self, b: bytes) -> bytes:
         """One outgoing frame, signed in the current session when auth is on."""
@@ -151,44 +188,28 @@ class SimCore:
         return bytes(buf[: self.auth.sign_into(buf, len(b))])
 
     def handle(self, data: bytes, now_s: float = 0.0) -> list[bytes]:
-        """Answer one frame from the host (auth on: checked first, every answer signed)."""
-        try:
-            f = codec.decode(data)
-        except wire.WireError:
+        """Answer one frame from the host: POLL and HELLO (and auth's checks) by the core's
+        responder, as a board does (leadwire/device.py); the push sessions' frames here."""
+        n = len(data)
+        if wire.check(data, n):
             self.bad_frames += 1
             return []
-        ep = self.auth
-        if ep is None:
-            if data[1] & (wire.F_AUTH << 4):
-                self.refused += 1  # auth off: signed frames refused
-                return []
-            return self._handle(f)
-        buf = bytearray(data)
-        if f.type == wire.HELLO and not f.payload:
-            if ep.device_hello(buf, len(buf), self.epoch >> 16, self.epoch & 0xFFFF):
-                return []
-            self.last_poll = -1  # a new session: its POLLs are new
-            return [self.hello(f.message_id)]  # at once: the answer starts the session
-        if ep.verify(buf, len(buf)):
-            return []
-        return [self.sign(b) for b in self._handle(f)]
+        out: list[bytes] = []
+        r = device.respond(self.link, data, n, out, self.ring, _out)
+        if r == device._R_OTHER:
+            return [self.sign(b) for b in self._handle(codec.decode(data))]
+        if r == device._R_BAD:
+            self.bad_frames += 1
+        elif r == device._R_REFUSED:
+            self.refused += 1
+        elif r == device._R_COPY:
+            self.copies += 1  # a copy of the POLL just answered: not answered twice
+        return out
 
     def _handle(self, f: codec.Frame) -> list[bytes]:
+        """The push sessions' requests (SUBSCRIBE, ACK), unsigned; anything else is a bad frame."""
         t = f.type
         try:
-            if t == wire.POLL:
-                n, me, mb = messages.decode_poll(f)
-                key = (f.message_id << 16) | (n & 0xFFFF)  # messages.poll_key of the frame
-                if key == self.last_poll:
-                    self.copies += 1  # a copy of the POLL just answered: not answered twice
-                    return []
-                self.last_poll = key
-                return self.ring.burst(
-                    n, me, mb, f.message_id, messages.poll_frames(f), messages.poll_follow(f)
-                )
-            if t == wire.HELLO and not f.payload:
-                self.last_poll = -1  # a client (re)starting: its POLLs are new, whatever their tags
-                return [self.hello(f.message_id)]
             if t == wire.SUBSCRIBE:
                 chans = messages.decode_subscribe(f)
                 out = []
@@ -510,12 +531,14 @@ class _VirtualStore(EventRing):
     """The core's EventRing whose store is written lazily: `advance(g)` puts the ring where `g`
     writes of this boot would leave it (offsets, count, head slot) without writing any slot, and
     `fill(first, k)` writes events first .. first + k - 1 into their slots (event i of the boot is
-    in slot i mod capacity, as write() puts it). Every decision and byte of an answer is then the
-    ring's own answer_into (spec 004's three cases, the batch layout, the budget)."""
+    in slot i mod capacity, as write() puts it); answer_into fills what its answer carries first.
+    Every decision and byte of an answer is then the ring's own (spec 004's three cases, the batch
+    layout, the budget, a burst and follow: EventRing.respond)."""
 
     def __init__(self, vr: VirtualRing) -> None:
         super().__init__(vr.capacity, vr.start, vr.payload_size, epoch=vr.epoch)
         self.vr = vr
+        self.g = 0  # events generated (advance)
         self._rec = struct.Struct(">BHQII%dx" % (vr.payload_size - EVENT.size))  # record head + payload
 
     def advance(self, g: int) -> int:
@@ -525,7 +548,15 @@ class _VirtualStore(EventRing):
         self._lo = newest & 0xFFFF
         self.count = min(g, self.capacity)
         self._head = (g - 1) % self.capacity
+        self.g = g
         return newest
+
+    def answer_into(self, buf, hi, lo, max_events, max_bytes, tag=0, index=0, follow=0):  # type: ignore[no-untyped-def]
+        # an EVENTS answer: first the events it can carry, from s(n), written into their slots
+        d = (self.newest() - ((hi << 16) | lo)) & 0xFFFFFFFF
+        if 0 < d <= self.count:
+            self.fill(self.g - d, min(d, max_events, wire.MAX_BATCH))
+        return super().answer_into(buf, hi, lo, max_events, max_bytes, tag, index, follow)
 
     def fill(self, first: int, k: int) -> None:
         vr, pack, store, stride, cap = self.vr, self._rec.pack_into, self._store, self._stride, self.capacity
@@ -560,7 +591,7 @@ class VirtualRing:
         self.index = index
         self.key = key  # authentication: requests checked, answers signed (auth.Endpoint)
         self.auth = auth.Endpoint(key, auth.TO_HOST) if key is not None else None
-        self.refused = 0  # requests refused by authentication (or signed with auth off)
+        self.refused = 0  # requests refused by authentication (forged, replayed, unsigned)
         self.rate = rate
         self.period = 1e6 / rate if rate > 0 else 0.0
         self.capacity = capacity
@@ -572,17 +603,14 @@ class VirtualRing:
         self.start = rng.getrandbits(32) if start is None else start & 0xFFFFFFFF
         self.t0_us = now_us() if t0_us is None else t0_us
         self.board_id = "sim-%d" % index
-        self.answers = 0
+        self.answers = 0  # POLLs answered
         self.bad_frames = 0
-        self.last_poll = -1  # messages.poll_key of the last POLL answered
         self.copies = 0  # POLLs not answered: copies of the one answered just before
         self.ring = _VirtualStore(self)
-        self._buf = bytearray(wire.MAX_FRAME + wire.AUTH_SIZE)
-        # the answer's room: a signed answer leaves AUTH_SIZE of the largest frame for its trailer
-        self._room = (
-            memoryview(self._buf)[: wire.MAX_FRAME],
-            memoryview(self._buf)[: wire.MAX_FRAME - wire.AUTH_SIZE],
-        )
+        slot = max(32, self.payload_size)  # SimCore's default slot, or one that fits the payload
+        h = messages.Hello(self.epoch, self.capacity, slot, 1024, 1, self.board_id, "sim-0.1", "sim",
+                           None if self.auth is None else 0)  # fmt: skip
+        self.link = device_link(codec.encode(messages.hello_frame(h)), self.auth, self.epoch)
 
     def generated(self, now: int) -> int:
         """Events generated up to now (us)."""
@@ -601,69 +629,37 @@ class VirtualRing:
     def payload(self, i: int) -> bytes:
         return EVENT.pack(self.gen_us(i), self.index, i & 0xFFFFFFFF) + bytes(self.payload_size - EVENT.size)
 
-    def hello(self, tag: int) -> bytes:
-        slot = max(32, self.payload_size)  # SimCore's default slot, or one that fits the payload
-        ep = self.auth
-        h = messages.Hello(self.epoch, self.capacity, slot, 1024, 1, self.board_id, "sim-0.1", "sim",
-                           None if ep is None else 0)  # fmt: skip
-        b = codec.encode(messages.hello_frame(h, tag))
-        if ep is None:
-            return b
-        buf = bytearray(b) + bytes(wire.AUTH_SIZE)
-        return bytes(buf[: ep.device_sign_hello(buf, len(b), self.epoch >> 16, self.epoch & 0xFFFF)])
+    @property
+    def last_poll(self) -> int:
+        """messages.poll_key of the last POLL answered (-1: none yet, or since a HELLO)."""
+        return int(self.link[_LASTP])
 
-    def handle(self, data: bytes, now: int) -> bytes | None:
-        """The answer to one request (HELLO or POLL), or None. POLL answers come from the core's
-        EventRing on a virtual store (`_VirtualStore`): the ring is advanced to the events generated
-        by `now` and only the events the answer can carry are written."""
+    def hello(self, tag: int) -> bytes:
+        out: list[bytes] = []
+        device.hello(self.link, tag, out, _out)
+        return out[0]
+
+    def handle(self, data: bytes, now: int) -> list[bytes]:
+        """The answers to one request (HELLO or POLL: the core's responder, as a board answers,
+        leadwire/device.py), none to anything else. POLL answers come from the core's EventRing
+        on a virtual store (`_VirtualStore`): the ring is advanced to the events generated by `now`
+        and only the events the answers carry are written."""
         n = len(data)
         if wire.check(data, n):
             self.bad_frames += 1
-            return None
-        t = wire.frame_type(data)
-        tag = wire.tag(data)
-        ep = self.auth
-        if data[1] & (wire.F_AUTH << 4):  # signed (the flags are the high nibble of byte 1)
-            if ep is None:
-                self.refused += 1
-                return None
-            if t == wire.HELLO and n == wire.OVERHEAD + wire.AUTH_SIZE:
-                if ep.device_hello(data, n, self.epoch >> 16, self.epoch & 0xFFFF):
-                    self.refused += 1
-                    return None
-                self.last_poll = -1  # a new session: its POLLs are new
-                return self.hello(tag)
-            if ep.verify(data, n):
-                self.refused += 1
-                return None
-            n -= wire.AUTH_SIZE
-        elif ep is not None:
-            ep.unsigned += 1
+            return []
+        out: list[bytes] = []
+        self.ring.advance(self.generated(now))
+        r = device.respond(self.link, data, n, out, self.ring, _out)
+        if r >= 0:
+            self.answers += wire.frame_type(data) == wire.POLL
+        elif r == device._R_REFUSED:
             self.refused += 1
-            return None
-        if t == wire.HELLO and n == wire.OVERHEAD:
-            self.last_poll = -1  # a client (re)starting: its POLLs are new, whatever their tags
-            return self.hello(tag)
-        if t != wire.POLL or n != wire.OVERHEAD + 4:
-            self.bad_frames += 1
-            return None
-        key = messages.poll_key(data)
-        if key == self.last_poll:
+        elif r == device._R_COPY:
             self.copies += 1  # a copy of the POLL just answered: not answered twice (the firmware's rule)
-            return None
-        self.last_poll = key
-        self.answers += 1
-        hi, lo = wire.seq_hi(data), wire.seq_lo(data)
-        me, mb = struct.unpack_from(">HH", data, wire.HEADER_SIZE)
-        g = self.generated(now)
-        ring = self.ring
-        d = (ring.advance(g) - ((hi << 16) | lo)) & 0xFFFFFFFF  # newest - n
-        if 0 < d <= ring.count:  # an EVENTS answer: write the events it can carry, from s(n)
-            ring.fill(g - d, min(d, me, wire.MAX_BATCH))
-        size = ring.answer_into(self._room[ep is not None], hi, lo, me, mb, tag, 0)
-        if ep is not None:
-            size = ep.sign_into(self._buf, size)
-        return bytes(self._buf[:size])
+        else:  # a bad request, or one of the push sessions' (this simulator has none)
+            self.bad_frames += 1
+        return out
 
 
 def serve_fast(
@@ -696,8 +692,7 @@ def serve_fast(
                     data, addr = s.recvfrom(4096)
                 except OSError:
                     continue
-                out = r.handle(data, time.time_ns() // 1000)
-                if out is not None:
+                for out in r.handle(data, time.time_ns() // 1000):
                     try:
                         s.sendto(out, addr)
                     except OSError:

@@ -28,9 +28,134 @@
 #                                                                           health_into
 #
 # Allocation: none, except where marked (boot and control path).
+#
+# The device's answering rules, once (docs/protocol.md 5, 9): every frame a device receives goes
+# through respond() -- firmware/lwagent.py on the boards, tools/simdevice.py's SimCore and
+# VirtualRing on the host. Here and not in a module of its own: a module costs a board its object
+# and 3 names for good (tests/firmware/test_qstr_budget.py). Sans-I/O: what is answered goes out
+# through the caller's d(L, buf, size, a) (1 for a frame it dropped, else 0), a frame at a time.
+#
+# A link is a list, the firmware's link record (lwboot.link; the simulators make one of the same
+# layout). The slots read here (the same `_NAME = const(n)` lines as lwagent's: test_records):
+#   _TX     the answer buffer: the link's frame size (+ the auth trailer)
+#   _HELLO  the device's HELLO frame, tag 0 (with auth its payload ends with 4 bytes for K)
+#   _EP     auth: lwauth.link's list of the endpoint's bound methods (verify, sign_into,
+#           device_hello, device_sign_hello, rejects, epoch hi, epoch lo, endpoint, hint), or None
+#   _LIM    the payload budget of an answer frame
+#   _LASTP  messages.poll_key of the POLL this link answered last (-1: none)
+#
+# respond(L, b, n, a, ring, d): the frame in b[:n], which passed wire.check (the caller's: on a
+# serial line StreamDecoder.scan's, on a datagram the caller's own), from a (UDP: the sender's
+# address), on link L of a device whose ring is `ring`. The checks, in this order:
+#   1. auth off: a signed frame (F_AUTH)                                   -> _R_BAD
+#      auth on:  a signed HELLO request (OVERHEAD + AUTH_SIZE bytes): device_hello; forged or
+#                unsigned (counted by the endpoint)                        -> _R_REFUSED
+#                else a new session (or the same one: the same nonce), the last POLL
+#                forgotten, the HELLO answered at once, signed with K      -> frames dropped
+#                any other frame: verify; forged, replayed or unsigned (counted by the
+#                endpoint), not answered; a link with no session yet sends its boot HELLO
+#                (hint(): lwauth's, at most every 250 ms; 9.5)             -> _R_REFUSED
+#                else the frame goes on as if unsigned (n - AUTH_SIZE)
+#      (so a replayed POLL is refused by auth before the copy rule sees it)
+#   2. POLL (POLL_SIZE, POLL_BURST_SIZE): a copy of the POLL this link answered last (the same
+#      messages.poll_key)                                                  -> _R_COPY, not answered
+#      else ring.respond (the burst, follow); max_frames not 1..32         -> _R_BAD, nothing sent
+#      else it is now the POLL answered last                               -> frames dropped
+#   3. HELLO request (OVERHEAD): the last POLL forgotten (a client starting: its POLLs are new,
+#      whatever their tags), the HELLO answered with the request's tag    -> frames dropped
+#   4. a POLL or a HELLO of another size                                   -> _R_BAD
+#   5. anything else is the caller's (ACK, SUBSCRIBE: the push sessions)   -> _R_OTHER
+#      (its unsigned size: n - AUTH_SIZE when b[1] has F_AUTH)
+# Allocation: respond() 0 bytes for a POLL (answer_into runs with the heap locked: ring.respond)
+# and a HELLO request, but what d and the endpoint allocate (with auth: the HMAC per frame,
+# auth.py); hello() likewise.
 from leadwire import wire
+from leadwire._compat import const
 from leadwire.bufcopy import copy_into
 from leadwire.wire import put_header, seal
+
+# results (negative: nothing answered); the firmware repeats these lines (test_records)
+_R_BAD = const(-1)  # a bad request: the caller counts it (the agent: health's bad frames, an alarm)
+_R_REFUSED = const(-2)  # refused by auth: counted by the endpoint
+_R_COPY = const(-3)  # a copy of the POLL answered last: not answered again
+_R_OTHER = const(-4)  # not the responder's: the caller's (ACK, SUBSCRIBE)
+# a link's slots (lwagent's, lwboot's)
+_TX = const(2)
+_HELLO = const(11)
+_EP = const(15)
+_LIM = const(16)
+_LASTP = const(17)
+# lwauth.link's list
+_AVER = const(0)
+_AHELLO = const(2)
+_ASHELLO = const(3)
+_AEH = const(5)
+_AEL = const(6)
+_AHINT = const(8)
+# frames (wire: test_records checks the copies)
+_TYPE_BITS = const(0x1F)
+_AUTH_BIT = const(0x20)
+_TAG_AT = const(3)
+_OVERHEAD = const(12)
+_AUTH_SIZE = const(8)
+_POLL_SIZE = const(16)
+_POLL_BURST_SIZE = const(17)
+_HELLO_TYPE = const(1)  # wire.HELLO
+_POLL_TYPE = const(2)  # wire.POLL
+
+
+def respond(L, b, n, a, ring, d):
+    """Answer the frame in b[:n] received on link L (see above); returns the frames dropped by d
+    (>= 0) or _R_BAD, _R_REFUSED, _R_COPY, _R_OTHER."""
+    t = b[0] & _TYPE_BITS
+    A = L[_EP]
+    if A is None:
+        if b[1] & _AUTH_BIT:  # signed while auth is off: refused, a bad frame
+            return _R_BAD
+    elif t == _HELLO_TYPE and n == _OVERHEAD + _AUTH_SIZE:
+        # a HELLO request: a new session, answered at once with the signed HELLO (K)
+        if A[_AHELLO](b, n, A[_AEH], A[_AEL]):
+            return _R_REFUSED
+        L[_LASTP] = -1  # its POLLs are new, whatever their tags
+        return hello(L, b[_TAG_AT], a, d)
+    elif A[_AVER](b, n):
+        # forged, replayed or unsigned: not answered; but a link with no session yet (a new boot)
+        # says so with its boot HELLO, rate-limited
+        if A[_AHINT]():
+            hello(L, 0, a, d)
+        return _R_REFUSED
+    else:
+        n -= _AUTH_SIZE  # the frame as if unsigned (the checks below use n)
+    if t == _POLL_TYPE and (n == _POLL_SIZE or n == _POLL_BURST_SIZE):
+        k = (b[_TAG_AT] << 16) | (b[8] << 8) | b[9]  # messages.poll_key: a small int (no alloc)
+        if k == L[_LASTP]:
+            return _R_COPY  # its answer went (docs/protocol.md 5)
+        n = ring.respond(b, n, L[_TX], L[_LIM], d, L, a)
+        if n < 0:
+            return _R_BAD  # max_frames not 1..32
+        L[_LASTP] = k
+        return n
+    if t == _HELLO_TYPE and n == _OVERHEAD:
+        L[_LASTP] = -1  # a client (re)starting: its POLLs are new, whatever their tags
+        return hello(L, b[_TAG_AT], a, d)
+    if t == _POLL_TYPE or t == _HELLO_TYPE:
+        return _R_BAD
+    return _R_OTHER
+
+
+def hello(L, tag, a, d):
+    """The device's HELLO answering a request with this tag (0: the boot HELLO), signed with auth
+    (the session's K, or K = 0 before any: the boot HELLO), made in L[_TX] and handed to d;
+    returns what d returns."""
+    tx = L[_TX]
+    h = L[_HELLO]
+    m = len(h)
+    copy_into(tx, 0, h, 0, m)
+    m = retag(tx, m, tag)
+    A = L[_EP]
+    if A is not None:
+        m = A[_ASHELLO](tx, m, A[_AEH], A[_AEL])
+    return d(L, tx, m, a)
 
 
 def u16(buf, n):

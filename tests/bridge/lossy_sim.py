@@ -33,9 +33,9 @@ CLEAN = {"loss": 0.0, "dup": 0.0, "reorder": 0.0, "spike": 0.0}
 class OldFirmwareCore(SimCore):
     """A device without the copy rule: it answers a copy of the POLL it answered last, too."""
 
-    def _handle(self, f: Any) -> list[bytes]:
+    def handle(self, data: bytes, now_s: float = 0.0) -> list[bytes]:
         self.last_poll = -1
-        return super()._handle(f)
+        return super().handle(data, now_s)
 
 
 class BusyLink(Link):

@@ -267,7 +267,7 @@ def test_auth_off_refuses_signed_frames_both_ways() -> None:
     d.drain()
     signed = SimCore(0, capacity=16, start=3, key=KEY)
     signer = DeviceClient(2, DeviceConfig("x", "udp", key=KEY), PollConfig())
-    assert core.handle(signer.request_bytes(0.0), 0.0) == [] and core.refused == 1
+    assert core.handle(signer.request_bytes(0.0), 0.0) == [] and core.bad_frames == 1  # the firmware's rule
     (ans,) = signed.handle(signer.request_bytes(0.0), 0.0)
     assert d.feed(ans) is False and cl.dc["bad_frames"] == 1 and rejects(cl) == (0, 0, 0)
     assert len(cl.out_events) == 2

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from leadwire import codec, messages
-from leadwire.tools.simdevice import SimCore, VirtualRing
+from leadwire import auth, codec, device, messages
+from leadwire.ring_host import HostRing
+from leadwire.tools.simdevice import SimCore, VirtualRing, _out, device_link
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,16 +39,16 @@ def test_virtual_ring_answers_byte_for_byte_like_event_ring(payload: int, start:
         tag = (tag + 1) & 0xFF
         me, mb = rng.choice([1, 5, 64, 255]), rng.choice([16, 100, 2047])
         req = codec.encode(messages.poll_frame(n, me, mb, tag))
-        assert vr.handle(req, now) == core.handle(req)[0]
+        assert vr.handle(req, now) == core.handle(req)
     hello = codec.encode(messages.hello_request(9))
-    assert vr.handle(hello, 0) == core.handle(hello)[0]
+    assert vr.handle(hello, 0) == core.handle(hello)
 
 
 def test_virtual_ring_generation_times_and_limit() -> None:
     vr = VirtualRing(0, 1000.0, 64, 64, t0_us=1_000_000, limit=5)
     assert vr.generated(999_999) == 0 and vr.generated(1_000_000) == 1 and vr.generated(1_002_500) == 3
     assert vr.generated(10_000_000) == 5
-    assert vr.handle(b"\x00" * 12, 0) is None and vr.bad_frames == 1
+    assert vr.handle(b"\x00" * 12, 0) == [] and vr.bad_frames == 1
 
 
 def test_signed_virtual_ring_answers_byte_for_byte_like_signed_sim_core() -> None:
@@ -66,8 +67,8 @@ def test_signed_virtual_ring_answers_byte_for_byte_like_signed_sim_core() -> Non
         return bytes(b[: host.host_sign_hello(b, n) if hello else host.sign_into(b, n)])
 
     req = signed(codec.Frame(wire.HELLO, 0xABCDEF01, b"", message_id=1), hello=True)
-    ans = vr.handle(req, t0)
-    assert ans is not None and ans == core.handle(req)[0]
+    (ans,) = vr.handle(req, t0)
+    assert [ans] == core.handle(req)
     assert host.host_hello(bytearray(ans), len(ans)) == wire.OK
     rng = random.Random(5)
     kinds = set()
@@ -78,9 +79,32 @@ def test_signed_virtual_ring_answers_byte_for_byte_like_signed_sim_core() -> Non
         newest = core.ring.newest()
         n = rng.choice([newest, (newest - rng.randrange(0, 20)) & 0xFFFFFFFF, rng.getrandbits(32)])
         req = signed(messages.poll_frame(n, rng.choice([1, 5, 255]), rng.choice([16, 100, 2000]), tag & 0xFF))
-        a = vr.handle(req, now)
-        assert a is not None and a == core.handle(req)[0]
+        (a,) = vr.handle(req, now)
+        assert [a] == core.handle(req)
         assert host.verify(bytearray(a), len(a)) == wire.OK
         kinds.add(wire.frame_type(a))
     assert kinds == {wire.EVENTS, wire.NO_EVENT, wire.RECOVERY}
     assert vr.refused == 0 and core.refused == 0
+
+
+def test_the_simulators_links_answer_the_responder_vectors() -> None:
+    """The simulators' link (device_link, in the firmware's layout) and their sender (_out: signs
+    as the firmware's _send) give device.respond's golden vectors, frame for frame."""
+    import json
+    from pathlib import Path
+
+    vec = Path(__file__).parents[1] / "vectors" / "responder.json"
+    for v in json.loads(vec.read_text()):
+        ring = HostRing(v["capacity"], v["start"], v["slot_size"], epoch=v["epoch"])
+        for a in v["appends"]:
+            ring.write(bytes.fromhex(a["data"]), a["channel"])
+        ep = auth.Endpoint(bytes.fromhex(v["key"]), auth.TO_HOST) if v["key"] else None
+        hint = (lambda ep=ep: 0 if ep.live else 1) if ep else None  # type: ignore[misc]
+        L = device_link(bytes.fromhex(v["hello"]), ep, v["epoch"], v["frame"], hint)
+        for s in v["steps"]:
+            f = bytes.fromhex(s["frame"])
+            out: list[bytes] = []
+            assert device.respond(L, f, len(f), out, ring, _out) == s["result"], s["what"]
+            assert [b.hex() for b in out] == s["answers"], s["what"]
+        if ep is not None:
+            assert [ep.forged, ep.replayed, ep.unsigned] == v["rejects"]

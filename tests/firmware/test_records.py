@@ -25,6 +25,8 @@ from leadwire import auth_host, codec, messages, wire
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRMWARE = sorted((ROOT / "firmware").glob("*.py")) + sorted((ROOT / "firmware" / "boards").glob("*.py"))
+# the core's device modules that index the firmware's records (a link; the auth list)
+FIRMWARE += [ROOT / "shared" / "leadwire" / "device.py"]
 
 # Each record's slots in order, and the name of its length constant (None: no such constant).
 # Names are unique across the firmware: a name means one value in every file.
@@ -71,6 +73,8 @@ WIRE_COPIES = {
     "_POLL_BURST_SIZE": wire.POLL_BURST_SIZE,
     "_ACK_SIZE": wire.ACK_SIZE,
     "_AUTH_BIT": wire.F_AUTH << 4,
+    "_HELLO_TYPE": wire.HELLO,
+    "_POLL_TYPE": wire.POLL,
 }
 
 
@@ -106,7 +110,12 @@ def test_every_name_has_one_value_in_every_file() -> None:
 def test_the_parser_sees_the_records() -> None:
     # (a parser that found nothing would pass everything above)
     seen = all_consts()
-    assert seen["_EP"] == {"firmware/lwagent.py": 15, "firmware/lwauth.py": 15, "firmware/lwboot.py": 15}
+    assert seen["_EP"] == {
+        "firmware/lwagent.py": 15,
+        "firmware/lwauth.py": 15,
+        "firmware/lwboot.py": 15,
+        "shared/leadwire/device.py": 15,
+    }
     assert seen["_RESTARTS"] == {"firmware/lwagent.py": 11, "firmware/wlan.py": 11}
     assert seen["_KEY"] == {"firmware/lwagent.py": 15, "firmware/lwauth.py": 15, "firmware/lwboot.py": 15}
 
@@ -223,8 +232,8 @@ def test_firmware_header_positions_read_the_encoded_frames() -> None:
 
 
 def test_the_poll_key_is_the_tag_and_the_low_half_of_n() -> None:
-    """messages.poll_key (the copy rule, docs/protocol.md 5) and the firmware's copy of it in place."""
-    src = (ROOT / "firmware" / "lwagent.py").read_text()
+    """messages.poll_key (the copy rule, docs/protocol.md 5) and the responder's copy (device.py)."""
+    src = (ROOT / "shared" / "leadwire" / "device.py").read_text()
     assert "k = (b[_TAG_AT] << 16) | (b[8] << 8) | b[9]" in src
     for n, tag in [(0, 0), (0x12345678, 5), (0xFFFFFFFF, 255), (0x0001FFFF, 1)]:
         for k in (1, 9):

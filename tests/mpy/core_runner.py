@@ -185,6 +185,46 @@ def test_ring_burst_vectors():
         eq((r.respond(bad, len(bad), buf, 2047, keep, None, None), got), (-1, []), "max_frames %d" % k)
 
 
+def test_responder_vectors():
+    # device.respond, the device's answering rules, on one link: each frame's result and the
+    # frames sent (signed with auth, as the firmware's _send signs), then the endpoint's rejects
+    from leadwire import auth, device
+    from leadwire.ring import EventRing
+
+    for v in load("responder.json"):
+        r = EventRing(v["capacity"], v["start"], v["slot_size"], v["epoch"])
+        for a in v["appends"]:
+            r.write(h(a["data"]), a["channel"])
+        e = v["epoch"]
+        k = 0 if v["key"] is None else wire.AUTH_SIZE
+        L = [None] * 18  # a link record (lwboot.link's): tx 2, HELLO 11, auth 15, budget 16, last 17
+        L[2] = bytearray(v["frame"] + k)
+        L[11] = h(v["hello"])
+        L[16] = v["frame"] - wire.OVERHEAD - k
+        L[17] = -1
+        ep = None
+        if k:
+            ep = auth.Endpoint(h(v["key"]), auth.TO_HOST)
+            L[15] = [ep.verify, ep.sign_into, ep.device_hello, ep.device_sign_hello, None, e >> 16,
+                     e & 0xFFFF, ep, lambda: 0 if ep.live else 1]  # fmt: skip
+        got = []
+
+        def d(L, b, n, a):
+            A = L[15]
+            if A is not None and not b[1] & 0x20:
+                n = A[1](b, n)
+            got.append(hexlify(b[:n]).decode())
+            return 0
+
+        for s in v["steps"]:
+            f = h(s["frame"])
+            del got[:]
+            eq(device.respond(L, f, len(f), None, r, d), s["result"], "%s: %s" % (v["name"], s["what"]))
+            eq(got, s["answers"], "%s: %s: answers" % (v["name"], s["what"]))
+        if ep is not None:
+            eq([ep.forged, ep.replayed, ep.unsigned], v["rejects"], v["name"] + " rejects")
+
+
 def test_lead_vectors():
     from leadwire.lead import LeadTracker
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import crcmod.predefined
 from cobs import cobs
 
-from leadwire import auth, auth_host, codec, frames, messages, wire
+from leadwire import auth, auth_host, codec, device, frames, messages, wire
 from leadwire.lead import LeadTracker
 from leadwire.ring_host import HostRing
 
@@ -319,6 +319,129 @@ def auth_vectors() -> list[dict]:
     return out
 
 
+# a link record's slots that device.respond reads (the firmware's: lwboot.link)
+LINK = {"tx": 2, "hello": 11, "ep": 15, "lim": 16, "lastp": 17, "size": 18}
+
+
+def responder_vectors() -> list[dict]:
+    """device.respond, the device's answering rules (docs/protocol.md 5, 9; the order of the checks
+    is device.py's header), auth off and on: each step is a frame the device receives on one link,
+    the result (>= 0: answered, the frames dropped; -1 bad, -2 refused by auth, -3 a copy, -4 the
+    caller's) and the frames it sends, signed with auth (every frame a link sends is, as the
+    firmware's). Auth on, hint() is 1 while the link has no session (the firmware's limit of one
+    per 250 ms is not part of the rule). At the end, the endpoint's rejects: forged, replayed,
+    unsigned."""
+    return [_responder_scenario(None), _responder_scenario(bytes(range(1, 33)))]
+
+
+def _responder_scenario(key: bytes | None) -> dict:
+    epoch = 0x8000FFFE
+    r = HostRing(8, start=0xFFFFFFFC, slot_size=8, epoch=epoch)
+    appends = []
+    for i in range(6):
+        data = bytes([i + 1]) * (2 + i % 5)
+        appends.append({"channel": 1 + i % 2, "data": data.hex()})
+        r.write(data, 1 + i % 2)
+    a = 0 if key is None else wire.AUTH_SIZE
+    hello = codec.encode(
+        messages.hello_frame(
+            messages.Hello(epoch, 8, 8, 128, 3, "vec-2", "0.1.0", "unix", 0 if key else None)
+        )
+    )
+    L: list = [None] * LINK["size"]
+    L[LINK["tx"]] = bytearray(128 + a)
+    L[LINK["hello"]] = hello
+    L[LINK["lim"]] = 128 - wire.OVERHEAD - a
+    L[LINK["lastp"]] = -1
+    ep = auth.Endpoint(key or bytes(16), auth.TO_HOST)
+    host = auth_host.HostEndpoint(key or bytes(16))
+    if key is not None:
+        L[LINK["ep"]] = [ep.verify, ep.sign_into, ep.device_hello, ep.device_sign_hello, None,
+                         epoch >> 16, epoch & 0xFFFF, ep, lambda: 0 if ep.live else 1]  # fmt: skip
+    sent: list[bytes] = []
+    steps: list[dict] = []
+
+    def d(L: list, b: bytearray, n: int, a: object) -> int:
+        A = L[LINK["ep"]]
+        if A is not None and not b[1] & (wire.F_AUTH << 4):
+            n = A[1](b, n)
+        sent.append(bytes(b[:n]))
+        return 0
+
+    def step(what: str, data: bytes) -> list[bytes]:
+        del sent[:]
+        res = device.respond(L, data, len(data), None, r, d)
+        steps.append({"what": what, "frame": data.hex(), "result": res, "answers": [b.hex() for b in sent]})
+        return list(sent)
+
+    def signed(frame: codec.Frame, by: auth_host.HostEndpoint = host) -> bytes:
+        b = bytearray(codec.encode(frame)) + bytearray(wire.AUTH_SIZE)
+        n = len(b) - wire.AUTH_SIZE
+        return bytes(b[: by.host_sign_hello(b, n) if frame.type == wire.HELLO else by.sign_into(b, n)])
+
+    def poll(back: int, me: int, tag: int, k: int = 1, follow: bool = False) -> codec.Frame:
+        return messages.poll_frame((r.newest() - back) & 0xFFFFFFFF, me, 2047, tag, k, follow)
+
+    enc = codec.encode
+    if key is None:
+        step("POLL: answered", enc(poll(3, 2, 1)))
+        step("the same POLL again: a copy, not answered", enc(poll(3, 2, 1)))
+        step("another max_events, the same tag and n: a copy", enc(poll(3, 1, 1)))
+        step("the next tag, the same n: answered", enc(poll(3, 2, 2)))
+        step(
+            "a burst with follow from far away: RECOVERY, then the events from n0",
+            enc(poll(100, 1, 3, 4, True)),
+        )
+        step("HELLO request: answered with its tag, the last POLL forgotten", enc(messages.hello_request(5)))
+        step("the POLL answered before the HELLO: answered", enc(poll(3, 2, 2)))
+        step("a signed POLL with auth off: bad", signed(poll(1, 1, 6)))
+        step(
+            "a POLL with a 3-byte payload: bad", enc(codec.Frame(wire.POLL, 5, b"\x00\x01\x00", message_id=7))
+        )
+        bad = bytearray(enc(poll(2, 1, 8, 2)))
+        bad[14] = 0
+        wire.seal(bad, 5)
+        step("a burst POLL with max_frames 0: bad, nothing sent", bytes(bad))
+        step("the same tag and n, max_frames 2: answered (a bad POLL is not recorded)", enc(poll(2, 1, 8, 2)))
+        step("a HELLO request with a payload: bad", enc(codec.Frame(wire.HELLO, 0, b"\x01", message_id=9)))
+        step("SUBSCRIBE: the caller's", enc(messages.subscribe_frame([1], tag=10)))
+        step("ACK: the caller's", enc(messages.ack_frame(1, 200, channel=1)))
+    else:
+        step("a signed POLL before any handshake: refused (forged: no session), the boot HELLO sent",
+             signed(poll(1, 1, 1)))  # fmt: skip
+        step(
+            "an unsigned HELLO request: refused (unsigned), the boot HELLO sent",
+            enc(messages.hello_request(2)),
+        )
+        (ans,) = step("a signed HELLO request: a session, the HELLO signed with K = 1",
+                      signed(codec.Frame(wire.HELLO, 0x1234ABCD, b"", message_id=3)))  # fmt: skip
+        assert host.host_hello(bytearray(ans), len(ans)) == wire.OK
+        p4 = signed(poll(3, 2, 4))
+        step("a signed POLL: answered, signed", p4)
+        step("the same bytes again: refused (replayed) before the copy rule", p4)
+        forged = bytearray(signed(poll(3, 2, 5)))
+        forged[11] ^= 1
+        wire.seal(forged, len(forged) - wire.OVERHEAD)
+        step("a forged POLL (payload changed, CRC right): refused", bytes(forged))
+        step("an unsigned POLL: refused", enc(poll(3, 2, 5)))
+        step("the POLL answered, signed again (a new counter): a copy, not answered", signed(poll(3, 2, 4)))
+        step("the next tag: answered", signed(poll(2, 1, 6)))
+        old = signed(poll(1, 1, 7))  # signed in session 1, sent once session 2 began
+        step(
+            "a burst POLL with max_frames 33: bad",
+            signed(codec.Frame(wire.POLL, 5, b"\0\1\7\xff\x21", message_id=8)),
+        )
+        step("a signed ACK: the caller's", signed(messages.ack_frame(1, 200, channel=1)))
+        (ans,) = step("a second HELLO request: a new session (K = 2), the last POLL forgotten",
+                      signed(codec.Frame(wire.HELLO, 0x0BADCAFE, b"", message_id=9)))  # fmt: skip
+        assert host.host_hello(bytearray(ans), len(ans)) == wire.OK
+        step("the POLL of tag 6 again, in the new session: answered", signed(poll(2, 1, 6)))
+        step("a POLL of the session before: refused (replayed)", old)
+    return {"name": "auth on" if key else "auth off", "key": key.hex() if key else None, "epoch": epoch,
+            "capacity": 8, "start": 0xFFFFFFFC, "slot_size": 8, "appends": appends, "hello": hello.hex(),
+            "frame": 128, "steps": steps, "rejects": [ep.forged, ep.replayed, ep.unsigned]}  # fmt: skip
+
+
 ALL = {
     "crc16.json": crc_vectors,
     "cobs.json": cobs_vectors,
@@ -329,6 +452,7 @@ ALL = {
     "lead.json": lead_vectors,
     "frame_queue.json": queue_vectors,
     "auth.json": auth_vectors,
+    "responder.json": responder_vectors,
 }
 
 
