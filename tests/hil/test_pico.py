@@ -41,6 +41,7 @@ QUICK = [
     "test_cobs_vectors",
     "test_crc16_vectors",
     "test_offsets_stay_small_across_wrap",
+    "test_responder_vectors",
     "test_ring_burst_vectors",
     "test_ring_vectors",
     "test_stream_decoder_resync",
