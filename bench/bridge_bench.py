@@ -187,16 +187,14 @@ def prepare(
         cl = DeviceClient(key, DeviceConfig("p%d" % i, "udp", timestamp="prefix_us", key=k), poll, st)
         now = vr.gen_us(per - 1)
         for _ in range(2):  # HELLO, then first contact (RECOVERY)
-            out = vr.handle(cl.request_bytes(0.0), now)
-            assert out is not None
+            (out,) = vr.handle(cl.request_bytes(0.0), now)
             assert cl.receive(out, 0.0, 1)
         # the answers to the polls this client will send: same n and tags as it will use
         n, tag, frames = cl.n, cl.pc.tag, []
         while True:
             tag = (tag + 1) & 0xFF
             req = cl.sign(codec.encode(messages.poll_frame(n, poll.batch, poll.max_bytes, tag)))
-            out = vr.handle(req, now)
-            assert out is not None
+            (out,) = vr.handle(req, now)
             f = codec.decode(out)
             if f.type != 3:
                 break

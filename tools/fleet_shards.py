@@ -305,8 +305,8 @@ def rt_cost(
                 b = pt()
                 answers = [rings[i].handle(d, now_us) for i, d in zip(idx, reqs, strict=True)]
                 c = pt()
-                for i, ans in zip(idx, answers, strict=True):
-                    if ans is not None:
+                for i, frames in zip(idx, answers, strict=True):
+                    for ans in frames:
                         clients[i].receive(ans, t + 0.0005, now_us)
                 d = pt()
                 t += commit
