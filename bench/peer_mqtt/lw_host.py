@@ -60,8 +60,8 @@ def time_commits(b: Bridge) -> list[tuple[float, int]]:
     commits: list[tuple[float, int]] = []
     orig = b.flush
 
-    async def flush() -> int:
-        r = await orig()
+    async def flush(periodic: bool = False) -> int:
+        r = await orig(periodic)
         if r:
             commits.append((time.time(), b.events_committed))
         return r
