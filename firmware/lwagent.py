@@ -33,19 +33,22 @@ import asyncio
 import gc
 import time
 
-# heap_lock around the ring's calls and the serial scan on the hot path: a bytecode call whose
-# frame is over 11 words (MicroPython's VM_MAX_STATE_ON_STACK: write_samples, answer_into,
-# StreamDecoder.scan and what they call) takes it from the GC heap and
+# heap_lock around the ring's calls, and on a serial link without auth around a received frame's
+# whole answer (the scan, device.respond, the ring's answer, _send's COBS encode and UART write:
+# 0 bytes, proven by the tests): a bytecode call whose frame is over 11 words (MicroPython's
+# VM_MAX_STATE_ON_STACK: write_samples, answer_into, respond, _send) takes it from the GC heap and
 # frees it on return unless the heap is locked, when it goes on the C stack instead. Net 0 bytes
 # either way, but the heap search costs: on the emulated Pico (rp2, 246 KB heap) a ring write
-# took 64,145 cycles unlocked against 11,444 locked (bench/pico_bench.py, docs/design/board-hot-path.md).
-# The calls in between are proven 0-byte (tests), and the lock is released in `finally`.
+# took 64,145 cycles unlocked against 11,444 locked (bench/pico_bench.py, docs/design/board-hot-path.md),
+# a call 3,558 against 1,682. The lock is released in `finally`; a stream a serial link writes to
+# must not allocate in write(buf, off, n) (machine.UART and FileIO do not).
 from micropython import const, heap_lock, heap_unlock
 
 from leadwire import device as dv
 from leadwire import wire
+from leadwire.crc16 import TABLE
 from leadwire.device import hello, respond
-from leadwire.framing import encode_into
+from leadwire.framing import encode_into, scan
 
 _RX = const(136)  # largest frame accepted (a SUBSCRIBE of up to 115 channels, signed)
 _FAST = const(200)  # events per pass of a sensor with hz 0 (as fast as it can: benchmarks)
@@ -113,6 +116,7 @@ _DEC = const(14)
 _EP = const(15)  # lwauth.link(): the endpoint's bound methods, or None (auth off)
 _LIM = const(16)  # payload budget of a frame: link frame size - overhead (- auth trailer)
 _LASTP = const(17)  # messages.poll_key of the last POLL answered (a copy is not answered twice)
+_READY = const(2)  # framing.scan's state (StreamDecoder.st): held, overflow, ready, size
 # what leadwire.device.respond returns besides the frames dropped (>= 0)
 _R_BAD = const(-1)
 _R_OTHER = const(-4)
@@ -238,15 +242,12 @@ class Agent:
             h[_ALAST] = now
             self.alarm(1, h[_BAD])  # messages.ALARM_BAD_FRAME
 
-    def _rx(self, L, b, n, a):
-        # one received frame in b[:n], from a (UDP) or None (serial): the core's responder answers
-        # POLLs and HELLOs and checks auth (leadwire/device.py: the order of the checks); what
-        # is left here are the push sessions' frames
-        if wire.check(b, n):
-            return self._bad()
-        m = respond(L, b, n, a, self.ring, _send)
-        if m >= 0:
-            self.h[_DROP] += m  # answered: the frames dropped
+    def _rx(self, L, b, n, a, m):
+        # what device.respond made of the frame in b[:n] (m, not 0: the io loop's fast path is
+        # 0, answered with nothing dropped), from a (UDP) or None (serial): the frames dropped, a
+        # bad frame, the push sessions' frames (a copy, or refused by auth: nothing to do here)
+        if m > 0:
+            self.h[_DROP] += m
         elif m == _R_BAD:
             self._bad()
         elif m == _R_OTHER:
@@ -356,33 +357,49 @@ class Agent:
         # the task waits in asyncio's poller on the link's socket or stream and is woken by data
         # (the rp2 UART's RX interrupt wakes the core from its WFE): no tick, 0 cycles while idle.
         # (`yield` of the poller's queue_read is what asyncio's own stream readers await.)
+        # Each frame received goes to the core's responder (device.respond: auth, the copy rule,
+        # POLL, HELLO); what it leaves goes to _rx. On a serial line without auth a POLL is 0
+        # bytes from the scan to the UART write, and is made with the heap locked: the calls'
+        # bytecode frames then go on the C stack, not the heap (1,900 cycles a call less on rp2).
         if L is None:
             for L in self.links[1:]:
                 self.tasks.append(asyncio.create_task(self.io(L)))
             L = self.links[0]
         h = self.h
+        ring = self.ring
         obj = L[_IO]
+        udp = L[_UDP]
+        A = L[_EP]
+        rb = L[_RB]
+        if not udp:
+            f = L[_DEC].frame  # the decoder's frame buffer and its state (framing.scan)
+            st = L[_DEC].st
         wait = asyncio.core._io_queue.queue_read  # type: ignore[attr-defined]
         while True:
             yield wait(obj)  # type: ignore[misc]
             try:
-                if L[_UDP]:
+                if udp:
                     d, a = obj.recvfrom(_RX)
-                    self._rx(L, d, len(d), a)
+                    n = len(d)
+                    m = _R_BAD if wire.check(d, n) else respond(L, d, n, a, ring, _send)
+                    if m:
+                        self._rx(L, d, n, a, m)
                     continue
-                rb = L[_RB]
                 n = obj.readinto(rb) or 0
-                dec = L[_DEC]
                 p = 0
                 while p < n:
-                    heap_lock()  # scan: 0 bytes, its frame off the heap (see import)
+                    heap_lock()  # 0 bytes: the scan (native: one call), and auth off the answer
                     try:
-                        p = dec.scan(rb, p, n)
+                        p = scan(rb, p, n, f, st, TABLE)
+                        k = st[_READY]  # > 0: a checked frame of k bytes in f; < 0: a bad one
+                        m = respond(L, f, k, None, ring, _send) if k > 0 and A is None else 0
                     finally:
                         heap_unlock()
-                    if dec.ready > 0:
-                        self._rx(L, dec.frame, dec.ready, None)
-                    elif dec.ready < 0:
+                    if k > 0 and A is not None:  # signed: the HMAC allocates
+                        m = respond(L, f, k, None, ring, _send)
+                    if m:
+                        self._rx(L, f, k, None, m)
+                    elif k < 0:
                         self._bad()
             except Exception as e:  # a bug or an exhausted heap must not stop the board
                 h[_DROP] += 1

@@ -86,41 +86,80 @@ def encode_into(src: ptr8, n: int, dst: ptr8, d: int) -> int:  # noqa: F821
     return d
 
 
-# The serial receive path (framing.StreamDecoder.scan and its COBS decode have the bytecode twins
-# and say what they do; same names, so no new qstr): in bytecode a received byte cost ~5,000
-# cycles on an RP2040 (a POLL ~100,000).
+# -- the serial receive path in one call: framing.scan says what it does and has the bytecode twin
+# (the same rules: framing.decode_in_place and wire.check, whose codes are the literals here;
+# both checked on the same streams, tests/mpy/core_runner.py test_scan_vectors). In bytecode a
+# received byte cost ~5,000 cycles on an RP2040 (a POLL ~100,000); the scan, the COBS decode and
+# the check were four calls. Arguments named as the twin's (names a board already has).
 
 
 @micropython.viper
-def index(s: ptr8, h: int, n: int) -> int:  # noqa: F821
-    # the position of the first 0 byte in s[h:n], or n
+def scan(s: ptr8, h: int, n: int, b: ptr8, k: ptr16, d: ptr16) -> int:  # noqa: F821
+    m = k[0]  # stuffed bytes held
+    c = k[3]
+    k[2] = 0
     while h < n:
-        if s[h] == 0:
-            return h
+        x = s[h]
         h += 1
-    return n
-
-
-@micropython.viper
-def decode_in_place(buf: ptr8, n: int) -> int:  # noqa: F821
-    i = 0
-    o = 0
-    while i < n:
-        code = buf[i]
-        if code == 0:
-            return -1
-        i += 1
-        end = i + code - 1
-        if end > n:
-            return -1
-        while i < end:
-            b = buf[i]
-            if b == 0:
-                return -1
-            buf[o] = b
-            o += 1
-            i += 1
-        if code != 0xFF and i < n:
-            buf[o] = 0
-            o += 1
-    return o
+        if x:
+            if m < c:
+                b[m] = x
+                m += 1
+            else:
+                k[1] = 1  # what does not fit is dropped: an oversize frame
+            continue
+        if m == 0:
+            continue  # empty: a delimiter used to resynchronise
+        while h < n and s[h] == 0:
+            h += 1  # the delimiters after it: empty frames, taken now (a call less)
+        k[0] = 0
+        r = -8  # E_OVERSIZE
+        if k[1] == 0:
+            r = 0
+            i = 0  # COBS decode in place (framing.decode_in_place)
+            o = 0
+            while i < m:
+                x = b[i]
+                i += 1
+                e = i + x - 1
+                if e > m:
+                    r = -7  # E_COBS
+                    break
+                while i < e:
+                    b[o] = b[i]
+                    o += 1
+                    i += 1
+                if x != 0xFF and i < m:
+                    b[o] = 0
+                    o += 1
+        if r == 0:  # wire.check
+            x = b[0]
+            e = o - 12
+            if b[1] & 0x20:
+                e -= 8  # a signed frame: its auth trailer
+            if o < 12:
+                r = -1  # E_SHORT
+            elif (x >> 5) != 1:
+                r = -2  # E_VERSION
+            elif (x & 0x1F) == 0 or (x & 0x1F) > 10:
+                r = -3  # E_TYPE
+            elif ((b[4] & 7) << 8) | b[5] != e:
+                r = -4  # E_LENGTH
+            else:
+                x = 0xFFFF
+                i = 0
+                e = o - 2
+                while i < e:
+                    x = ((x << 8) & 0xFFFF) ^ d[((x >> 8) ^ b[i]) & 0xFF]
+                    i += 1
+                if x != (b[e] << 8) | b[e + 1]:
+                    r = -5  # E_CRC
+                elif (b[1] >> 4) & 12:
+                    r = -6  # E_FLAGS
+                else:
+                    r = o
+        k[1] = 0
+        k[2] = r
+        return h
+    k[0] = m
+    return h

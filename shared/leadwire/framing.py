@@ -4,9 +4,11 @@
 # decoder here. Both are tested against the same vectors (tests/vectors/cobs.json).
 # StreamDecoder takes bytes as they arrive and yields frames; after garbage, a lost byte or an
 # overlong run it resynchronises at the next delimiter, reporting one typed error.
+from array import array
+
 from leadwire import wire
 from leadwire._compat import MICROPYTHON
-from leadwire.bufcopy import copy_into
+from leadwire.crc16 import TABLE
 
 DELIMITER = 0
 
@@ -74,22 +76,6 @@ def decode_in_place(buf, n):
     return o
 
 
-def index(s, h, n):
-    """The position of the first 0 byte in s[h:n], or n. Allocates nothing."""
-    while h < n:
-        if s[h] == 0:
-            return h
-        h += 1
-    return n
-
-
-if MICROPYTHON:  # the native twins of the receive path (decode_in_place, index) where they load
-    try:
-        from leadwire._viper import decode_in_place, index  # type: ignore[no-redef, assignment]
-    except (ImportError, SyntaxError, NotImplementedError, ValueError):  # ValueError: _viper.mpy refused
-        pass
-
-
 def _encode_own(data):
     out = bytearray(max_encoded(len(data)) + 1)
     end = encode_into(data, len(data), out, 0)
@@ -133,13 +119,65 @@ def decode(data):
     return bytes(buf[:m])
 
 
+# The serial receive path, s[h:n] up to and including the next delimiter in one call: the bytes
+# kept in the frame buffer b (k[3] bytes: the stuffed bytes, then the decoded frame), the COBS
+# decode and wire.check. k is the decoder's state, array("h"): bytes held, overflow, ready, the
+# size of b; d the CRC-16 table (crc16.TABLE: the native scan's). Returns the new h; afterwards
+# k[2] (ready) is > 0 when a valid frame of that length is in b (wire.check passed), < 0 (minus
+# an E_* code) when a bad frame was dropped, 0 when more bytes are needed. What does not fit in b
+# is dropped (E_OVERSIZE at its delimiter); empty frames (delimiters to resynchronise) are
+# skipped, those right after a frame with it. Allocates nothing. Native code on MicroPython where
+# _viper loads (one call for the whole path: in bytecode a byte cost ~5,000 cycles on an RP2040);
+# scan_py is the bytecode twin (CPython, ports without a native emitter, a refused _viper.mpy),
+# and both run the same streams on every tier (core_runner test_scan_vectors).
+def scan_py(s, h, n, b, k, d):
+    # the bytecode twin of _viper.scan (argument names as its: each name a board loads is a qstr)
+    m = k[0]
+    c = k[3]
+    k[2] = 0
+    while h < n:
+        x = s[h]
+        h += 1
+        if x:
+            if m < c:
+                b[m] = x
+                m += 1
+            else:
+                k[1] = 1
+            continue
+        if m == 0:
+            continue
+        while h < n and s[h] == 0:
+            h += 1
+        k[0] = 0
+        if k[1]:
+            k[1] = 0
+            k[2] = -wire.E_OVERSIZE
+            return h
+        m = decode_in_place(b, m)
+        x = wire.E_COBS if m < 0 else wire.check(b, m)
+        k[2] = -x if x else m
+        return h
+    k[0] = m
+    return h
+
+
+scan = scan_py
+if MICROPYTHON:
+    try:
+        from leadwire._viper import scan  # type: ignore[no-redef, assignment]
+    except (ImportError, SyntaxError, NotImplementedError, ValueError):  # ValueError: _viper.mpy refused
+        pass
+
+
 class StreamDecoder:
-    """Bytes in, frames out. Device path: scan() + frame/ready (no allocation); host: feed()."""
+    """Bytes in, frames out: scan() + frame/ready (no allocation), feed() (the host's). The agent
+    calls the module's scan(data, pos, end, frame, st, TABLE) itself, with the decoder's frame and
+    st."""
 
     def __init__(self, max_frame=wire.MAX_FRAME):
         self.frame = bytearray(max_encoded(max_frame))  # stuffed bytes, then the decoded frame
-        self._n = 0
-        self._overflow = False
+        self.st = array("h", (0, 0, 0, len(self.frame)))  # scan's state: held, overflow, ready, size
         self.ready = 0  # after scan(): >0 decoded frame length in self.frame, <0 -E_* code
         self.frames = 0
         self.errors = 0
@@ -150,45 +188,13 @@ class StreamDecoder:
         Afterwards `ready` is > 0 when a valid frame of that length is in self.frame, < 0 (minus
         an E_* code) when a bad frame was dropped, 0 when more bytes are needed.
         """
-        self.ready = 0
-        buf = self.frame
-        cap = len(buf)
-        n = self._n
-        while pos < end:
-            b = index(data, pos, end)  # the next delimiter (or end): the bytes before it are kept
-            k = b - pos
-            if n + k > cap:  # what does not fit is dropped: an oversize frame
-                k = cap - n
-                self._overflow = True
-            if k > 0:
-                copy_into(buf, n, data, pos, k)
-                n += k
-            pos = b
-            if pos == end:
-                break
-            pos += 1
-            self._n = 0
-            if self._overflow:
-                self._overflow = False
-                self.errors += 1
-                self.ready = -wire.E_OVERSIZE
-                return pos
-            if n == 0:
-                continue  # empty frame: a delimiter used to resynchronise
-            m = _unstuff(buf, n)
-            if m < 0:
-                self.errors += 1
-                self.ready = -wire.E_COBS
-                return pos
-            code = wire.check(buf, m)
-            if code:
-                self.errors += 1
-                self.ready = -code
-                return pos
+        pos = scan(data, pos, end, self.frame, self.st, TABLE)
+        r = self.st[2]
+        self.ready = r
+        if r > 0:
             self.frames += 1
-            self.ready = m
-            return pos
-        self._n = n
+        elif r < 0:
+            self.errors += 1
         return pos
 
     def feed(self, data):

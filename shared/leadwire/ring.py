@@ -182,13 +182,13 @@ class EventRing:
         The frames are one snapshot of the ring: no await in between. Returns the frames
         dropped, or -1 for a bad max_frames (not 1..32: nothing sent). Allocates nothing but what
         d does (answer_into runs with the heap locked)."""
-        f = b[14] if n == wire.POLL_BURST_SIZE else 1
+        f = b[14] if n == 17 else 1  # wire.POLL_BURST_SIZE (a module attribute is a lookup a POLL)
         follow = f >> 7
         f &= 0x7F
-        if not 0 < f <= wire.MAX_INDEX + 1:
+        if not 0 < f <= 32:  # wire.MAX_INDEX + 1
             return -1
-        hi = wire.seq_hi(b)
-        lo = wire.seq_lo(b)
+        hi = (b[6] << 8) | b[7]  # wire.seq_hi, seq_lo in place (a call each otherwise)
+        lo = (b[8] << 8) | b[9]
         n = (b[10] << 8) | b[11]  # max_events (n is free once the size is read)
         if (b[12] << 8) | b[13] < max_bytes:
             max_bytes = (b[12] << 8) | b[13]

@@ -44,6 +44,7 @@ QUICK = [
     "test_responder_vectors",
     "test_ring_burst_vectors",
     "test_ring_vectors",
+    "test_scan_vectors",
     "test_stream_decoder_resync",
 ]
 

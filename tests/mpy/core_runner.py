@@ -185,46 +185,6 @@ def test_ring_burst_vectors():
         eq((r.respond(bad, len(bad), buf, 2047, keep, None, None), got), (-1, []), "max_frames %d" % k)
 
 
-def test_responder_vectors():
-    # device.respond, the device's answering rules, on one link: each frame's result and the
-    # frames sent (signed with auth, as the firmware's _send signs), then the endpoint's rejects
-    from leadwire import auth, device
-    from leadwire.ring import EventRing
-
-    for v in load("responder.json"):
-        r = EventRing(v["capacity"], v["start"], v["slot_size"], v["epoch"])
-        for a in v["appends"]:
-            r.write(h(a["data"]), a["channel"])
-        e = v["epoch"]
-        k = 0 if v["key"] is None else wire.AUTH_SIZE
-        L = [None] * 18  # a link record (lwboot.link's): tx 2, HELLO 11, auth 15, budget 16, last 17
-        L[2] = bytearray(v["frame"] + k)
-        L[11] = h(v["hello"])
-        L[16] = v["frame"] - wire.OVERHEAD - k
-        L[17] = -1
-        ep = None
-        if k:
-            ep = auth.Endpoint(h(v["key"]), auth.TO_HOST)
-            L[15] = [ep.verify, ep.sign_into, ep.device_hello, ep.device_sign_hello, None, e >> 16,
-                     e & 0xFFFF, ep, lambda: 0 if ep.live else 1]  # fmt: skip
-        got = []
-
-        def d(L, b, n, a):
-            A = L[15]
-            if A is not None and not b[1] & 0x20:
-                n = A[1](b, n)
-            got.append(hexlify(b[:n]).decode())
-            return 0
-
-        for s in v["steps"]:
-            f = h(s["frame"])
-            del got[:]
-            eq(device.respond(L, f, len(f), None, r, d), s["result"], "%s: %s" % (v["name"], s["what"]))
-            eq(got, s["answers"], "%s: %s: answers" % (v["name"], s["what"]))
-        if ep is not None:
-            eq([ep.forged, ep.replayed, ep.unsigned], v["rejects"], v["name"] + " rejects")
-
-
 def test_lead_vectors():
     from leadwire.lead import LeadTracker
 
@@ -659,6 +619,90 @@ def test_offsets_stay_small_across_wrap():
     eq(r.newest(), 5, "wrapped newest")
     size = r.answer_into(buf, 0xFFFF, 0xFFFF, 4, 64)  # n = 2^32-1 -> first event is offset 0
     eq(codec.decode(bytes(buf[:size])).seq, 0, "s(2^32-1) = 0")
+
+
+def test_responder_vectors():
+    # device.respond, the device's answering rules, on one link: each frame's result and the
+    # frames sent (signed with auth, as the firmware's _send signs), then the endpoint's rejects
+    from leadwire import auth, device
+    from leadwire.ring import EventRing
+
+    for v in load("responder.json"):
+        r = EventRing(v["capacity"], v["start"], v["slot_size"], v["epoch"])
+        for a in v["appends"]:
+            r.write(h(a["data"]), a["channel"])
+        e = v["epoch"]
+        k = 0 if v["key"] is None else wire.AUTH_SIZE
+        L = [None] * 18  # a link record (lwboot.link's): tx 2, HELLO 11, auth 15, budget 16, last 17
+        L[2] = bytearray(v["frame"] + k)
+        L[11] = h(v["hello"])
+        L[16] = v["frame"] - wire.OVERHEAD - k
+        L[17] = -1
+        ep = None
+        if k:
+            ep = auth.Endpoint(h(v["key"]), auth.TO_HOST)
+            L[15] = [ep.verify, ep.sign_into, ep.device_hello, ep.device_sign_hello, None, e >> 16,
+                     e & 0xFFFF, ep, lambda: 0 if ep.live else 1]  # fmt: skip
+        got = []
+
+        def d(L, b, n, a):
+            A = L[15]
+            if A is not None and not b[1] & 0x20:
+                n = A[1](b, n)
+            got.append(hexlify(b[:n]).decode())
+            return 0
+
+        for s in v["steps"]:
+            f = h(s["frame"])
+            del got[:]
+            eq(device.respond(L, f, len(f), None, r, d), s["result"], "%s: %s" % (v["name"], s["what"]))
+            eq(got, s["answers"], "%s: %s: answers" % (v["name"], s["what"]))
+        if ep is not None:
+            eq([ep.forged, ep.replayed, ep.unsigned], v["rejects"], v["name"] + " rejects")
+
+
+def test_scan_vectors():
+    # framing.scan (native where _viper loads: the whole receive path in one call) and its bytecode
+    # twin scan_py on the same streams, fed whole and in pieces: every frame of
+    # frames.json COBS-framed comes out whole (ready = its length), every bad_frames.json frame as
+    # minus its code, a bad COBS run as E_COBS, an overlong frame as E_OVERSIZE
+    from array import array
+
+    from leadwire import framing
+    from leadwire.crc16 import TABLE
+
+    size = framing.max_encoded(1024)  # (a decoder for 1 KB frames: the 2 KB one is oversize)
+    b = bytearray(size)
+    st = array("h", (0, 0, 0, size))
+    got = []
+
+    def run(data, ready, f):
+        for fn in (framing.scan, framing.scan_py):
+            for piece in (1, 7, 64, 5000):
+                del got[:]
+                p = 0
+                while p < len(data):
+                    e = min(p + piece, len(data))
+                    q = p
+                    while q < e:
+                        q = fn(data, q, e, b, st, TABLE)
+                        if st[2]:
+                            got.append(st[2])
+                            if st[2] > 0 and b[: st[2]] != f:
+                                raise AssertionError("frame %s" % hexlify(data[:12]))
+                    p = e
+                eq(got, [ready], "piece %d: %s" % (piece, hexlify(data[:12])))
+                eq((st[0], st[1]), (0, 0), "state after a frame")
+
+    for v in load("frames.json"):
+        f = h(v["encoded"])
+        data = b"\x00\x00" + framing.encode(f)  # delimiters first: empty frames, skipped
+        run(data, len(f) if len(data) - 3 <= size else -wire.E_OVERSIZE, f)
+        data = v = f = None
+    for v in load("bad_frames.json"):
+        run(framing.encode(h(v["data"])), -v["code"], None)
+    run(b"\x05\x01\x00", -wire.E_COBS, None)
+    run(b"\x07" * (size + 9) + b"\x00", -wire.E_OVERSIZE, None)
 
 
 def main():

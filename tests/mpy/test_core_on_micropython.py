@@ -82,7 +82,7 @@ def test_refused_viper_mpy_falls_back_to_bytecode(mpy_lib: Path, tmp_path: Path,
     assert r.stdout.strip() == refusal, r.stdout + r.stderr
     probe = (
         "import sys\n"
-        "from leadwire import bufcopy, crc16, ring\n"
+        "from leadwire import bufcopy, crc16, framing, ring\n"
         "print(crc16.crc16 is crc16.crc16_py, bufcopy.copy_into is bufcopy.copy_py,\n"
         "      'leadwire._viper' in sys.modules, ring.samples.__name__)\n"
     )
@@ -98,3 +98,8 @@ def test_refused_viper_mpy_falls_back_to_bytecode(mpy_lib: Path, tmp_path: Path,
     ]
     r = run_checks(lib, *checks)
     assert r.stdout.splitlines() == ["ok " + c for c in checks] + ["6 passed, 0 failed"], r.stdout + r.stderr
+    # the serial receive path's twin (framing.scan), in an interpreter of its own (64 KB: the
+    # vectors' 2 KB frame)
+    checks = ["test_scan_vectors", "test_alloc_stream_decoder"]
+    r = run_checks(lib, *checks)
+    assert r.stdout.splitlines() == ["ok " + c for c in checks] + ["2 passed, 0 failed"], r.stdout + r.stderr
