@@ -210,7 +210,8 @@ class PollClient:
 
     def _chase(self):
         # overrun RECOVERYs in a row before the one at hand (0 unless in CHASE)
-        return self.loss.chase if self.state == CHASE else 0
+        loss = self.loss  # (never None in CHASE: the table enters it only with a loss open)
+        return loss.chase if self.state == CHASE and loss is not None else 0
 
     def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
         """The request to send now (each call makes a new tag: a retry is a new request)."""
@@ -347,8 +348,8 @@ class PollClient:
         self.received += k
         self.backlog = backlog
         self._fire(ON_EVENTS)
-        if self.state == RECOVERY:
-            loss = self.loss
+        loss = self.loss
+        if self.state == RECOVERY and loss is not None:  # (never None in RECOVERY)
             loss.recovered += k
             if le(loss.n1, self.n):
                 loss.ended = True

@@ -347,7 +347,7 @@ class HoldingPollClient(PollClient):
                 self.gap_losses.append(loss)
             elif gaps:
                 self._fire(ON_HELD)
-                if self.loss.ended:
+                if self.loss is not None and self.loss.ended:
                     self._fire(ON_N1)
             return (EVENTS, out)
         held = distance(n1, n0)
