@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 
 from .columns import MAX_COLS, SUM_COLS
 from .transforms import (
+    _DOMAIN_KEYS,
     ARRIVAL_ORDER,
     CHANNEL_WINDOW_COLS,
     DIMS,
@@ -48,6 +49,7 @@ from .transforms import (
     RECOVERY_DIMS,
     ROW_COLS,
     _bq,
+    _carry_join,
     _wrap_diff_sql,
 )
 
@@ -94,12 +96,13 @@ _FRAME_TO_HERE = "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 _FRAME_BELOW = "ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING"
 
 
-def transform_seeded_leads(rows: DataFrame, domains: DataFrame) -> DataFrame:
-    """Pass 1 for the new rows (transforms.ARRIVAL_COLS) of each domain, seeded with its state
-    row (DOMAIN_STATE_COLS; none for a new domain): pos, useq and lead_calc as one window over
-    the whole history gives them (LEAD_COLS), plus `order_violation` (the row comes before the
-    counted ones in arrival order)."""
-    seed = domains.selectExpr(
+# a new row that comes before (or is) the last counted arrival of its domain
+_VIOLATION = "_a0 IS NOT NULL AND (arrival < _a0 OR (arrival = _a0 AND bridge_id <= _b0)) AS order_violation"
+
+
+def _seed(domains: DataFrame) -> DataFrame:
+    """The domain state rows as the columns that seed a domain's new rows (_n0 ... _m0)."""
+    return domains.selectExpr(
         *_bq(LEAD_KEY),
         "n AS _n0",
         "last_seq AS _s0",
@@ -108,7 +111,15 @@ def transform_seeded_leads(rows: DataFrame, domains: DataFrame) -> DataFrame:
         "last_bridge AS _b0",
         "max_useq AS _m0",
     )
-    df = rows.selectExpr(*_bq(DOMAIN_COLS), "xxhash64(%s) AS domain_hash" % _KEY).join(seed, LEAD_KEY, "left")
+
+
+def transform_seeded_leads(rows: DataFrame, domains: DataFrame) -> DataFrame:
+    """Pass 1 for the new rows (transforms.ARRIVAL_COLS) of each domain, seeded with its state
+    row (DOMAIN_STATE_COLS; none for a new domain): pos, useq and lead_calc as one window over
+    the whole history gives them (LEAD_COLS), plus `order_violation` (the row comes before the
+    counted ones in arrival order)."""
+    df = rows.selectExpr(*_bq(DOMAIN_COLS), "xxhash64(%s) AS domain_hash" % _KEY)
+    df = df.join(_seed(domains), LEAD_KEY, "left")
     spec = "PARTITION BY domain_hash, %s ORDER BY %s" % (_KEY, ", ".join(ARRIVAL_ORDER))
     first = "CASE WHEN _s0 IS NULL THEN seq ELSE %s END" % _wrap_diff_sql("seq", "_s0")
     step = "CASE WHEN _prev IS NULL THEN %s ELSE %s END" % (first, _wrap_diff_sql("seq", "_prev"))
@@ -124,7 +135,61 @@ def transform_seeded_leads(rows: DataFrame, domains: DataFrame) -> DataFrame:
         "useq",
         # greatest() skips nulls: both null only for the first arrival of a new domain
         "coalesce(useq - greatest(_m0, _mb), CAST(1 AS BIGINT)) AS lead_calc",
-        "_a0 IS NOT NULL AND (arrival < _a0 OR (arrival = _a0 AND bridge_id <= _b0)) AS order_violation",
+        _VIOLATION,
+    )
+
+
+def transform_seeded_lead_carry(df: DataFrame, domains: DataFrame, broadcast: bool = False) -> DataFrame:
+    """transform_seeded_leads in bounded pieces: the new rows' first pass per (domain, arrival
+    bucket) (transforms.transform_lead_buckets output) with every bucket's prefix state carried
+    in from one summary row per bucket, the domain's state row seeding the first one (as
+    transforms.transform_lead_carry, which starts from nothing). broadcast=True (rows partitioned
+    by device and bucket, a hot device's buckets spread over the tasks): the carried state, one
+    row per bucket, is broadcast to them."""
+    keys = [*_DOMAIN_KEYS, "_abucket"]
+    summ = (
+        df.where("_pos = 1 OR _is_last")
+        .groupBy(*keys)
+        .agg(
+            F.expr("max(_pos) AS _n"),
+            F.expr("min_by(seq, _pos) AS _first"),
+            F.expr("max_by(seq, _pos) AS _last"),
+            F.expr("max_by(_l, _pos) AS _llast"),
+            F.expr("max(greatest(_l, _lmax)) AS _lmax_b"),
+        )
+        .join(_seed(domains), LEAD_KEY, "left")
+    )
+    spec = "PARTITION BY %s ORDER BY _abucket" % ", ".join(_bq(_DOMAIN_KEYS))
+    before = "%s %s" % (spec, _FRAME_TO_PREV)
+    # the useq of the first new row: the counted last one's plus the wrap-safe step (none: its seq)
+    first = "CASE WHEN _s0 IS NULL THEN _first ELSE _u0 + %s END" % _wrap_diff_sql("_first", "_s0")
+    delta = "CASE WHEN _pl IS NULL THEN %s ELSE %s END" % (first, _wrap_diff_sql("_first", "_pl"))
+    summ = summ.selectExpr("*", "lag(_last, 1) OVER (%s) AS _pl" % spec)
+    summ = summ.selectExpr(
+        *_bq(keys),
+        "_lmax_b",
+        "_m0",
+        "_a0",
+        "_b0",
+        "sum(%s + _llast) OVER (%s %s) - _llast AS _start" % (delta, spec, _FRAME_TO_HERE),
+        "coalesce(_n0, CAST(0 AS BIGINT)) + coalesce(sum(_n) OVER (%s), CAST(0 AS BIGINT)) AS _pos0" % before,
+    )
+    carry = summ.selectExpr(
+        *_bq(keys),
+        "_start",
+        "_pos0",
+        "_a0",
+        "_b0",
+        # greatest() skips nulls: the counted rows' highest, the earlier new buckets' highest
+        "greatest(_m0, max(_start + _lmax_b) OVER (%s)) AS _max0" % before,
+    )
+    return _carry_join(df, carry, keys, broadcast).selectExpr(
+        *_bq(DOMAIN_COLS),
+        "domain_hash",
+        "_pos0 + _pos AS pos",
+        "_start + _l AS useq",
+        "coalesce(_start + _l - greatest(_max0, _start + _lmax), CAST(1 AS BIGINT)) AS lead_calc",
+        _VIOLATION,
     )
 
 
@@ -146,11 +211,12 @@ def _ghosts(points: DataFrame) -> DataFrame:
     )
 
 
-def transform_seeded_order(leads: DataFrame, points: DataFrame) -> DataFrame:
+def transform_seeded_order(leads: DataFrame, points: DataFrame, bucket_bits: int | None = None) -> DataFrame:
     """Pass 2 over the new rows (transform_seeded_leads output) and the state's points, by useq
     descending: every row of both with `_ghost`, the window columns and the values of
     transforms.transform_order for the new rows (ROW_COLS). transform_seeded_rows,
-    transform_revisions and transform_next_points read it."""
+    transform_revisions and transform_next_points read it. bucket_bits: per (domain, useq bucket),
+    what lies above and below a bucket carried in (_order_buckets); None: one window per domain."""
     new = leads.selectExpr(
         *_bq(LEAD_COLS),
         "order_violation",
@@ -161,23 +227,7 @@ def transform_seeded_order(leads: DataFrame, points: DataFrame) -> DataFrame:
         *("`%s` AS `w_%s`" % (c, c) for c in WINDOW_OF),
     )
     both = new.unionByName(_ghosts(points), allowMissingColumns=True)
-    spec = "PARTITION BY domain_hash, %s ORDER BY useq DESC, _ghost DESC, %s" % (
-        _KEY,
-        ", ".join("%s ASC" % c for c in ARRIVAL_ORDER),
-    )
-    over = "last(CASE WHEN lead_calc > 0 THEN %s END, true) OVER (%s %s)"
-    both = both.selectExpr(
-        "*",
-        "lag(useq, 1) OVER (%s) AS _above" % spec,
-        (over + " AS _over_pos") % ("pos", spec, _FRAME_TO_PREV),
-        (over + " AS _over_rx") % ("rx_us", spec, _FRAME_TO_PREV),
-        (over + " AS _over_pos_here") % ("pos", spec, _FRAME_TO_HERE),
-        (over + " AS _over_rx_here") % ("rx_us", spec, _FRAME_TO_HERE),
-        # the nearest point below: is the region above it a gap? (null: no point below)
-        "first(CASE WHEN _ghost THEN _open END, true) OVER (%s %s) AS _below_open" % (spec, _FRAME_BELOW),
-        "min(useq) OVER (PARTITION BY domain_hash, %s) AS _min_useq" % _KEY,
-        "max(useq) OVER (PARTITION BY domain_hash, %s) AS _max_useq" % _KEY,
-    )
+    both = _order_whole(both) if bucket_bits is None else _order_buckets(both, bucket_bits)
     dup = "(NOT _ghost AND (coalesce(_above = useq, false) OR NOT coalesce(_below_open, true)))"
     both = both.selectExpr("*", "%s AS dup_calc" % dup)
     late = "(NOT _ghost AND NOT dup_calc AND lead_calc < 0)"
@@ -190,6 +240,92 @@ def transform_seeded_order(leads: DataFrame, points: DataFrame) -> DataFrame:
         "CASE WHEN NOT dup_calc AND _above IS NOT NULL THEN _above - useq - 1 ELSE 0 END AS gap_after",
         "CASE WHEN NOT dup_calc AND kind = 'report' AND useq = _min_useq THEN greatest(useq - 1, 0) "
         "ELSE 0 END AS report_head_missing",
+    )
+
+
+# pass 2's order: useq descending; a point before a new row of the same useq
+_BY_USEQ = "ORDER BY useq DESC, _ghost DESC, %s" % ", ".join("%s ASC" % c for c in ARRIVAL_ORDER)
+_OVER = "last(CASE WHEN lead_calc > 0 THEN %s END, true) OVER (%s %s)"
+
+
+def _order_whole(both: DataFrame) -> DataFrame:
+    """Pass 2's window columns, one window per domain: the row above (_above), the overtaking
+    arrival above (_over_*) and up to here (_over_*_here), whether the nearest point below is
+    open (_below_open: null when none), the domain's lowest and highest useq."""
+    spec = "PARTITION BY domain_hash, %s %s" % (_KEY, _BY_USEQ)
+    domain = "PARTITION BY domain_hash, %s" % _KEY
+    return both.selectExpr(
+        "*",
+        "lag(useq, 1) OVER (%s) AS _above" % spec,
+        (_OVER + " AS _over_pos") % ("pos", spec, _FRAME_TO_PREV),
+        (_OVER + " AS _over_rx") % ("rx_us", spec, _FRAME_TO_PREV),
+        (_OVER + " AS _over_pos_here") % ("pos", spec, _FRAME_TO_HERE),
+        (_OVER + " AS _over_rx_here") % ("rx_us", spec, _FRAME_TO_HERE),
+        "first(CASE WHEN _ghost THEN _open END, true) OVER (%s %s) AS _below_open" % (spec, _FRAME_BELOW),
+        "min(useq) OVER (%s) AS _min_useq" % domain,
+        "max(useq) OVER (%s) AS _max_useq" % domain,
+    )
+
+
+def _order_buckets(both: DataFrame, bucket_bits: int) -> DataFrame:
+    """_order_whole's columns per (domain, useq bucket), what a bucket needs from the others
+    carried in from one summary row per bucket (as transforms._order_buckets): the lowest useq of
+    the next bucket up (_above of its top row), the lowest-useq row with lead > 0 of the nearest
+    bucket up that has one (the overtaking arrival), the `open` of the highest point of the
+    nearest bucket down that has a point, and the domain's lowest and highest useq."""
+    keys = [*_DOMAIN_KEYS, "_ubucket"]
+    both = both.selectExpr("*", "shiftright(useq, %d) AS _ubucket" % bucket_bits)
+    spec = "PARTITION BY %s %s" % (", ".join(_bq(keys)), _BY_USEQ)
+    local = both.selectExpr(
+        "*",
+        "lag(useq, 1) OVER (%s) AS _above_l" % spec,
+        (_OVER + " AS _over_pos_l") % ("pos", spec, _FRAME_TO_PREV),
+        (_OVER + " AS _over_rx_l") % ("rx_us", spec, _FRAME_TO_PREV),
+        (_OVER + " AS _over_pos_here_l") % ("pos", spec, _FRAME_TO_HERE),
+        (_OVER + " AS _over_rx_here_l") % ("rx_us", spec, _FRAME_TO_HERE),
+        "first(CASE WHEN _ghost THEN _open END, true) OVER (%s %s) AS _below_open_l" % (spec, _FRAME_BELOW),
+    )
+    # at most one row per useq has lead > 0 (a later copy, or a new row at a point's useq, has
+    # lead <= 0) and a point's useq is its own: min_by / max_by have no ties
+    summ = both.groupBy(*keys).agg(
+        F.expr("min(useq) AS _min_b"),
+        F.expr("max(useq) AS _max_b"),
+        F.expr("min_by(pos, CASE WHEN lead_calc > 0 THEN useq END) AS _over_pos_b"),
+        F.expr("min_by(rx_us, CASE WHEN lead_calc > 0 THEN useq END) AS _over_rx_b"),
+        F.expr("max_by(_open, CASE WHEN _ghost THEN useq END) AS _top_open_b"),
+    )
+    domain = "PARTITION BY %s" % ", ".join(_bq(_DOMAIN_KEYS))
+    down = "%s ORDER BY _ubucket DESC" % domain
+    carry = summ.selectExpr(
+        *_bq(keys),
+        "lag(_min_b, 1) OVER (%s) AS _next_min" % down,
+        "last(_over_pos_b, true) OVER (%s %s) AS _over_pos_c" % (down, _FRAME_TO_PREV),
+        "last(_over_rx_b, true) OVER (%s %s) AS _over_rx_c" % (down, _FRAME_TO_PREV),
+        "first(_top_open_b, true) OVER (%s %s) AS _below_open_c" % (down, _FRAME_BELOW),
+        "min(_min_b) OVER (%s) AS _min_useq" % domain,
+        "max(_max_b) OVER (%s) AS _max_useq" % domain,
+    )
+    out = _carry_join(local, carry, keys).selectExpr(
+        "*",
+        "coalesce(_above_l, _next_min) AS _above",
+        "coalesce(_over_pos_l, _over_pos_c) AS _over_pos",
+        "coalesce(_over_rx_l, _over_rx_c) AS _over_rx",
+        "coalesce(_over_pos_here_l, _over_pos_c) AS _over_pos_here",
+        "coalesce(_over_rx_here_l, _over_rx_c) AS _over_rx_here",
+        "coalesce(_below_open_l, _below_open_c) AS _below_open",
+    )
+    return out.drop(
+        "_ubucket",
+        "_above_l",
+        "_over_pos_l",
+        "_over_rx_l",
+        "_over_pos_here_l",
+        "_over_rx_here_l",
+        "_below_open_l",
+        "_next_min",
+        "_over_pos_c",
+        "_over_rx_c",
+        "_below_open_c",
     )
 
 
@@ -214,12 +350,11 @@ def transform_revisions(order: DataFrame) -> DataFrame:
     return rev.where("lost != 0 OR report_head_missing != 0").selectExpr(*_bq(REVISION_COLS))
 
 
-def transform_next_points(order: DataFrame) -> DataFrame:
+def transform_next_points(order: DataFrame, bucket_bits: int | None = None) -> DataFrame:
     """The domains' points after this run (POINT_COLS), for the domains with new rows: from every
     received useq's first row (new or a point), those that bound a gap, and the lowest and
     highest. A point with nothing new around it is carried as it was."""
-    firsts = order.where("NOT dup_calc").selectExpr("*", "CASE WHEN _ghost THEN _old_gap END AS _g0")
-    spec = "PARTITION BY domain_hash, %s ORDER BY useq DESC" % _KEY
+    firsts = order.where("NOT dup_calc")
     # new rows in an open region keep it open above them; a point keeps what it was
     open_above = "(NOT _ghost OR _open OR useq = _max_useq)"
     cand = firsts.selectExpr(
@@ -227,7 +362,7 @@ def transform_next_points(order: DataFrame) -> DataFrame:
         "%s AND gap_after > 0 AS _gap_open" % open_above,
         "CASE WHEN %s THEN gap_after ELSE 0 END AS _gap" % open_above,
     )
-    cand = cand.selectExpr("*", "coalesce(lead(_gap_open, 1) OVER (%s), false) AS _top_of_gap" % spec)
+    cand = _next_open(cand, bucket_bits)
     keep = "_gap_open OR _top_of_gap OR useq = _min_useq OR useq = _max_useq"
     return cand.where(keep).selectExpr(
         *_bq(LEAD_KEY),
@@ -239,6 +374,23 @@ def transform_next_points(order: DataFrame) -> DataFrame:
         "CASE WHEN _top_of_gap OR useq = _min_useq THEN _over_rx_here END AS over_rx",
         *_bq(W_COLS),
     )
+
+
+def _next_open(cand: DataFrame, bucket_bits: int | None) -> DataFrame:
+    """`_top_of_gap`: the next received useq below a row opens a gap (whole domain, or per useq
+    bucket with the next bucket down's top row carried in)."""
+    if bucket_bits is None:
+        spec = "PARTITION BY domain_hash, %s ORDER BY useq DESC" % _KEY
+        return cand.selectExpr("*", "coalesce(lead(_gap_open, 1) OVER (%s), false) AS _top_of_gap" % spec)
+    keys = [*_DOMAIN_KEYS, "_ubucket"]
+    cand = cand.selectExpr("*", "shiftright(useq, %d) AS _ubucket" % bucket_bits)
+    spec = "PARTITION BY %s ORDER BY useq DESC" % ", ".join(_bq(keys))
+    local = cand.selectExpr("*", "lead(_gap_open, 1) OVER (%s) AS _next_l" % spec)
+    summ = cand.groupBy(*keys).agg(F.expr("max_by(_gap_open, useq) AS _top_b"))
+    down = "PARTITION BY %s ORDER BY _ubucket DESC" % ", ".join(_bq(_DOMAIN_KEYS))
+    carry = summ.selectExpr(*_bq(keys), "lead(_top_b, 1) OVER (%s) AS _next_c" % down)
+    out = _carry_join(local, carry, keys).selectExpr("*", "coalesce(_next_l, _next_c, false) AS _top_of_gap")
+    return out.drop("_ubucket", "_next_l", "_next_c")
 
 
 def transform_next_domains(leads: DataFrame, domains: DataFrame) -> DataFrame:

@@ -35,7 +35,7 @@ from leadwire.fleet.extract import read_files
 from leadwire.fleet.fs import join, list_files, write_text
 from leadwire.fleet.manifests import new_files
 from leadwire.fleet.options import BadInput
-from leadwire.fleet.plan import Latency, profile_input, rollup_tables
+from leadwire.fleet.plan import HOT, WHOLE, Latency, first_pass, lead_shape, profile_input, rollup_tables
 from leadwire.fleet.schema import PARTITION_COLUMN, TABLES
 from leadwire.fleet.stages import (
     STATE_FILE,
@@ -103,12 +103,16 @@ def stage_carried_tables(run: Run) -> None:
     points = _state_table(spark, spec.out_dir, version, "points", C.state_ddl(C.POINT_COLS))
     boots0 = _state_table(spark, spec.out_dir, version, "boots", _boots_ddl())
     with run.prog.stage("carried lead domains, new rows' windows and revisions"):
-        arr = T.transform_arrivals(frames["arrivals"], spec.window_seconds)
-        dev = run.keep(T.transform_by_device(arr))
-        leads = run.keep(C.transform_seeded_leads(dev, domains))
-        order = run.cut(C.transform_seeded_order(leads, points))
+        span, big, total = profile_input(frames["arrivals"], None, None, spec.exact_max_values)
+        shape = lead_shape(frames["arrivals"], span, total, lambda msg: run.prog.log("  " + msg))
+        bits = None if shape == WHOLE else T.BUCKET_BITS
+        dev = run.keep(first_pass(T.transform_arrivals(frames["arrivals"], spec.window_seconds), shape))
+        if bits is None:
+            leads = run.keep(C.transform_seeded_leads(dev, domains))
+        else:  # a hot device's carried prefix state broadcast to the tasks its buckets went to
+            leads = run.keep(C.transform_seeded_lead_carry(dev, domains, broadcast=shape == HOT))
+        order = run.cut(C.transform_seeded_order(leads, points, bits))
         values = T.transform_latency_values(dev)
-        _, big, _ = profile_input(frames["arrivals"], None, None, spec.exact_max_values)
         rows = C.transform_seeded_rows(order)
         parts = {
             "cw": T.transform_channel_windows(rows, with_mismatches=True),
@@ -177,7 +181,7 @@ def stage_carried_tables(run: Run) -> None:
         run.prog.log("  %d new arrival rows; the days written hold %d" % (run.rows_read, run.rows))
     run.extra["next"] = {
         "domains": C.transform_carry_state(domains, C.transform_next_domains(leads, domains)),
-        "points": C.transform_carry_state(points, C.transform_next_points(order)),
+        "points": C.transform_carry_state(points, C.transform_next_points(order, bits)),
         "boots": boots,
     }
 

@@ -72,27 +72,12 @@ def build_tables(
     # the first lead-domain pass (bounded buckets) keeps every arrival column: it is what the
     # windows, the carried state and the latency all read, so it is the one persisted
     span, big, total = profile_input(inputs.arrivals, since, until, exact_max_values)
-    tasks = int(inputs.arrivals.sparkSession.conf.get("spark.sql.shuffle.partitions", "200") or 200)
-    if is_hot(span, total, tasks):
-        # one device holds more than a task's share of the rows: shuffled by (device, arrival
-        # bucket), so that its rows spread over the tasks; the carried state is broadcast
-        by = T.transform_by_device_bucket(
-            T.transform_arrivals(inputs.arrivals, window_seconds), T.BUCKET_BITS
-        )
-        dev = keep(T.transform_lead_buckets(by, T.BUCKET_BITS))
-        rows = T.transform_order(T.transform_lead_carry(dev, broadcast=True), T.BUCKET_BITS)
-    elif span > 1 << T.BUCKET_BITS:
-        # a lead domain may be longer than a bucket: both passes in bounded pieces; the first one
-        # keeps every arrival column: the carried state, the second pass and the latency read it
-        dev = keep(T.transform_lead_buckets(by_device(inputs.arrivals, window_seconds), T.BUCKET_BITS))
-        rows = T.transform_order(T.transform_lead_carry(dev), T.BUCKET_BITS)
-    else:  # no device has more arrivals than a bucket holds: one window per domain, fewer steps
-        dev = keep(by_device(inputs.arrivals, window_seconds))
+    shape = lead_shape(inputs.arrivals, span, total, log)
+    dev = keep(first_pass(T.transform_arrivals(inputs.arrivals, window_seconds), shape))
+    if shape == WHOLE:  # no device has more arrivals than a bucket holds: fewer steps
         rows = T.transform_order(T.transform_leads(dev, None), None)
-    shape = "whole"
-    if span > 1 << T.BUCKET_BITS:
-        shape = "in buckets, shuffled by device and bucket" if is_hot(span, total, tasks) else "in buckets"
-    log("lead domains: %s (largest device: %d of %d arrivals)" % (shape, span, total))
+    else:
+        rows = T.transform_order(T.transform_lead_carry(dev, broadcast=shape == HOT), T.BUCKET_BITS)
     log(
         "latency percentiles approximate for %s"
         % (", ".join("%s %s %s" % g for g in sorted(big, key=str)) or "no group")
@@ -166,10 +151,38 @@ def rollup_tables(
 # a shuffle task (all arrivals / shuffle partitions): a shuffle by device alone would put it in
 # one task, the critical path of the job.
 HOT_BUCKETS = 4
+# The shapes of the lead-domain passes (lead_shape): one window per domain; per (domain, bucket)
+# on the rows shuffled by device; per (domain, bucket) on the rows shuffled by (device, bucket).
+WHOLE, BUCKETS, HOT = "whole", "in buckets", "in buckets, shuffled by device and bucket"
 
 
 def is_hot(span: int, total: int, tasks: int) -> bool:
     return span > HOT_BUCKETS << T.BUCKET_BITS and span > total / max(tasks, 1)
+
+
+def lead_shape(arrivals: DataFrame, span: int, total: int, log: Any) -> str:
+    """How the lead-domain passes run, from profile_input's figures (logged): WHOLE when no device
+    has more arrivals than a bucket holds; HOT when one holds more than a shuffle task's share
+    (is_hot); BUCKETS otherwise. The full run and the incremental one (on its new rows) alike."""
+    tasks = int(arrivals.sparkSession.conf.get("spark.sql.shuffle.partitions", "200") or 200)
+    shape = WHOLE
+    if span > 1 << T.BUCKET_BITS:
+        shape = HOT if is_hot(span, total, tasks) else BUCKETS
+    log("lead domains: %s (largest device: %d of %d arrivals)" % (shape, span, total))
+    return shape
+
+
+def first_pass(arr: DataFrame, shape: str) -> DataFrame:
+    """transform_arrivals output shuffled for the lead-domain passes (the one shuffle of the
+    arrivals), and for BUCKETS and HOT the first pass per (domain, arrival bucket), which keeps
+    every arrival column: the carried state, the second pass and the latency read it (the job
+    persists it). HOT: shuffled by (device, arrival bucket), so that a hot device's rows spread
+    over the tasks (its carried state is then broadcast to them)."""
+    if shape == WHOLE:
+        return T.transform_by_device(arr)
+    if shape == HOT:
+        return T.transform_lead_buckets(T.transform_by_device_bucket(arr, T.BUCKET_BITS), T.BUCKET_BITS)
+    return T.transform_lead_buckets(T.transform_by_device(arr), T.BUCKET_BITS)
 
 
 def profile_input(
