@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import IO, Any
@@ -22,6 +23,8 @@ class Progress:
         self.timings: dict[str, float] = {}
         self._handler: Any = None
         self._spark: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def log(self, msg: str) -> None:
         if self.enabled:
@@ -36,13 +39,20 @@ class Progress:
         self.log("%s done in %.1fs" % (name, self.timings[name]))
 
     def watch(self, spark: Any) -> None:
-        """Under Spark Connect, the task counts of the running Spark stages at most every `tick`
-        seconds, from the progress the server sends with each result (registerProgressHandler).
-        A classic session has no such handler: there the stage lines and timings are the
-        progress (and Spark's own console progress bar, spark.ui.showConsoleProgress)."""
+        """The task counts of the running Spark stages, at most every `tick` seconds: under Spark
+        Connect from the progress the server sends with each result (registerProgressHandler),
+        in a classic session from its status tracker (a thread; the SparkContext is touched only
+        there: a Connect session has none)."""
         from leadwire.fleet.session import is_connect
 
-        if not self.enabled or self._handler is not None or not is_connect(spark):
+        if not self.enabled or self._handler is not None or self._thread is not None:
+            return
+        if not is_connect(spark):
+            tracker = spark.sparkContext.statusTracker()
+            self._thread = threading.Thread(
+                target=self._poll, args=(tracker,), name="fleet-progress", daemon=True
+            )
+            self._thread.start()
             return
         last = [0.0]
 
@@ -53,15 +63,27 @@ class Progress:
             last[0] = now
             for st in stages or ():
                 if not st.done and st.num_tasks > 0:
-                    self.log(
-                        "  spark stage %d: %d/%d tasks" % (st.stage_id, st.num_completed_tasks, st.num_tasks)
-                    )
+                    self._tasks(st.stage_id, st.num_completed_tasks, st.num_tasks)
 
         self._handler = handler
         self._spark = spark
         spark.registerProgressHandler(handler)
 
+    def _tasks(self, stage: int, done: int, total: int) -> None:
+        self.log("  spark stage %d: %d/%d tasks" % (stage, done, total))
+
+    def _poll(self, tracker: Any) -> None:
+        while not self._stop.wait(self.tick):
+            try:
+                for sid in tracker.getActiveStageIds():
+                    info = tracker.getStageInfo(sid)
+                    if info is not None and info.numTasks > 0:
+                        self._tasks(sid, info.numCompletedTasks, info.numTasks)
+            except Exception:  # the session is stopping: its JVM may be gone
+                return
+
     def close(self) -> None:
+        self._stop.set()
         if self._handler is not None:
             self._spark.removeProgressHandler(self._handler)
             self._handler = None

@@ -55,9 +55,12 @@ LOCAL_CONF = {"spark.sql.adaptive.enabled": "false"}
 # less CPU on a small export (docs/design/fleet-job.md, "A small job's fixed costs"). Long runs
 # want C2's faster code: only below SMALL_INPUT_BYTES of arrivals (~37 B a row: ~1.8M rows), and
 # only where leadwire starts the JVM itself (`leadwire fleet`, the demo): under spark-submit the
-# launch's own options stand.
+# launch's own options stand. C1 alone gets the JVM's non-tiered code cache, 48 MB, which Spark's
+# generated code fills ("CodeCache is full. Compiler has been disabled": the rest runs interpreted):
+# it gets the 240 MB the JVM reserves with both compilers.
 SMALL_INPUT_BYTES = 64 << 20
-SMALL_INPUT_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+C1_ONLY = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+SMALL_INPUT_CONF = {"spark.driver.extraJavaOptions": C1_ONLY}
 
 
 def input_bytes(input_dir: str) -> int | None:

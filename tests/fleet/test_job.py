@@ -166,7 +166,7 @@ def test_small_local_input_runs_the_jvm_with_c1_only(tmp_path: Path) -> None:
     export = str(tmp_path / "export")
     assert input_bytes(export) == 1234 and input_bytes("file://" + export) == 1234
     assert input_bytes(str(tmp_path / "none")) is None and input_bytes("hdfs://nn/export") is None
-    c1 = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+    c1 = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"}
     assert small_input_conf("local[2]", 1234) == c1 and small_input_conf("local[*]", SMALL_INPUT_BYTES) == c1
     assert small_input_conf("local[2]", SMALL_INPUT_BYTES + 1) == {}  # long runs: C2's faster code
     assert small_input_conf("local[2]", None) == {}  # size unknown
@@ -214,3 +214,20 @@ def test_a_newer_bridges_column_is_not_read_an_older_exports_missing_one_gets_it
     pq.write_table(keyless, bad / "part-0.parquet")
     with pytest.raises(BadInput, match=r"^arrivals: null seq \(NOT NULL in the contract\) in file:"):
         run_job(str(tmp_path / "keyless"), str(tmp_path / "out2"), spark, progress=False, report=False)
+
+
+def test_progress_logs_the_task_counts_of_running_stages_in_a_classic_session(spark) -> None:
+    import io
+    import re
+    import time
+
+    from leadwire.fleet.progress import Progress
+
+    log = io.StringIO()
+    prog = Progress(stream=log, tick=0.1)
+    prog.watch(spark)
+    try:  # 8 tasks of 0.3 s on 2 cores: a stage that runs for ~1.2 s
+        spark.sparkContext.parallelize(range(8), 8).map(lambda x: time.sleep(0.3) or x).collect()
+    finally:
+        prog.close()
+    assert re.search(r"spark stage \d+: \d/8 tasks", log.getvalue()), log.getvalue()

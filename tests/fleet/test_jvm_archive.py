@@ -53,9 +53,10 @@ def test_launch_conf_joins_c1_and_the_archive(tmp_path: Path, monkeypatch: pytes
     (tmp_path / "spark-k1.jsa").write_bytes(b"x")
     shared = "-XX:SharedArchiveFile=%s %s" % (tmp_path / "spark-k1.jsa", QUIET)
     a = ClassArchive(tmp_path, key="k1")
-    assert launch_conf("local[2]", 1000, a) == {JAVA_OPTS: "-XX:TieredStopAtLevel=1 " + shared}
+    c1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    assert launch_conf("local[2]", 1000, a) == {JAVA_OPTS: c1 + " " + shared}
     assert launch_conf("local[2]", None, a) == {JAVA_OPTS: shared}  # size unknown: C2 kept
-    assert launch_conf("local[2]", 1000, None) == {JAVA_OPTS: "-XX:TieredStopAtLevel=1"}
+    assert launch_conf("local[2]", 1000, None) == {JAVA_OPTS: c1}
     assert launch_conf("spark://127.0.0.1:7077", 1000, a) == {}  # a cluster: its own launch
 
 

@@ -88,7 +88,8 @@ def test_the_jvm_gets_launch_conf_and_extra_wins(cache: Path, monkeypatch: pytes
     with job.local_session(
         "local[2]", 1000, 2, "1g", "t", False, {"k": "v"}, starting=progress.stage("start")
     ) as s:
-        assert s.java_options == "-XX:TieredStopAtLevel=1 " + mapped and s.start_s >= 0
+        c1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+        assert s.java_options == c1 + " " + mapped and s.start_s >= 0
         assert "start" in progress.timings  # the stage was left once the session was up
     assert given == [("local[2]", 2, "1g", "t", False, {JAVA_OPTS: s.java_options, "k": "v"})]
     # spark-submit style --conf of the bench wins; a big input keeps C2; a cluster gets nothing
