@@ -14,6 +14,9 @@ approximate for large groups, are checked against the raw values with their stat
     .venv/bin/python bench/fleet_bench.py --adaptive              # the same with AQE on
     .venv/bin/python bench/fleet_bench.py --rows 3000000 --hot-device-share 0.5 --driver-memory 1g
                                         # skewed: one device, half the rows, one boot; 1 GB JVM
+    nice .venv/bin/python bench/fleet_bench.py --skewed 10000000 --duckdb-memory 6GB --json
+                                        # skewed with the job's defaults (4 GB JVM): largest
+                                        # per-arrival task against the median, rows and seconds
     .venv/bin/python bench/fleet_bench.py --rows 10000000 30000000 --driver-memory 6g \
         --duckdb-memory 4GB             # the linearity check on a 24 GB machine
     .venv/bin/python bench/fleet_bench.py --days 14 [--day-rows 20000] [--json]
@@ -30,14 +33,20 @@ includes reading the export and building the same tables in memory. The machine'
 average is printed next to each time: on a shared machine the absolute times move with it, the
 ratio less. Time per million rows is printed for the linearity check (10M vs 30M). CPU seconds
 (Spark: the local-mode JVM, driver and executors, plus this Python process; DuckDB: this process)
-are printed too: they move less with other load than wall time. Memory per size: the generator's
-peak RSS, the JVM's peak RSS during the job, this process's (DuckDB, the checks) and the
-machine's lowest MemAvailable. The export and Spark output of a size are deleted before the next.
+are printed too, and the JVM's alone (/proc/PID/stat): they move less with other load than wall
+time. Per size the stages whose tasks read at least half the arrival rows from a shuffle (the
+per-arrival work) are listed with their largest task against the median task, in shuffled rows
+read and in run seconds, from Spark's status store (the task metrics its UI shows). Memory per
+size: the generator's peak RSS, the JVM's peak RSS during the job, this process's (DuckDB, the
+checks) and the machine's lowest MemAvailable. The export and Spark output of a size are deleted
+before the next.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import json
 import multiprocessing
 import os
 import queue
@@ -51,20 +60,91 @@ from typing import Any
 import click
 
 from leadwire.fleet.columns import check_fleet_latency, without_approx
-from leadwire.fleet.job import TABLE_ORDER, LocalSession, local_session, run_job
+from leadwire.fleet.job import TABLE_ORDER, LocalSession, Progress, local_session, run_job
 from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
+from leadwire.fleet.session import DRIVER_MEMORY
 from leadwire.fleet.synth import SUMMARY_TRUTH, SynthConfig, SynthTruth, write_synth
 from leadwire.fleet.transforms import APPROX_ACCURACY, EXACT_MAX_VALUES
 
 
-def cpu_seconds(spark: Any) -> float:
-    """CPU seconds (user + system) used so far by the driver JVM (local mode: the executors too)
-    and this Python process: less sensitive to other load on a shared machine than wall time."""
-    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-    with open("/proc/%d/stat" % pid) as f:
+def jvm_cpu_seconds(spark: Any) -> float:
+    """CPU seconds (user + system, /proc/PID/stat) used so far by the driver JVM (local mode: the
+    executors too): less sensitive to other load on a shared machine than wall time."""
+    with open("/proc/%d/stat" % jvm_pid(spark)) as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    jvm = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return jvm + time.process_time()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(spark: Any) -> float:
+    """CPU seconds of the driver JVM (jvm_cpu_seconds) and this Python process."""
+    return jvm_cpu_seconds(spark) + time.process_time()
+
+
+def stage_ids(spark: Any) -> set[int]:
+    """The Spark stages of every job the session has run so far (its status tracker)."""
+    tr = spark.sparkContext.statusTracker()
+    return {
+        sid
+        for j in tr.getJobIdsForGroup(None)
+        for sid in (tr.getJobInfo(j).stageIds if tr.getJobInfo(j) else ())
+    }
+
+
+def task_metrics(spark: Any, before: set[int]) -> list[dict[str, Any]]:
+    """Per Spark stage run since `before` (stage_ids), its tasks' rows read (input records plus
+    shuffle records read) and run seconds (executorRunTime), from Spark's status store: the task
+    metrics the UI and its REST API show, kept with the UI off too. Skipped stages (no tasks) and
+    retried attempts are left out."""
+    sc = spark.sparkContext
+    store = sc._jsc.sc().statusStore()
+    out = []
+    for sid in sorted(stage_ids(spark) - before):
+        tasks = store.taskList(sid, 0, 1 << 20)
+        shuffled, scanned, secs = [], [], []
+        for i in range(tasks.size()):
+            m = tasks.apply(i).taskMetrics()
+            if m.isDefined():
+                m = m.get()
+                shuffled.append(m.shuffleReadMetrics().recordsRead())
+                scanned.append(m.inputMetrics().recordsRead())
+                secs.append(m.executorRunTime() / 1000)
+        if secs:
+            out.append({"stage": sid, "shuffled": shuffled, "scanned": scanned, "seconds": secs})
+    return out
+
+
+def task_balance(stages: list[dict[str, Any]], arrivals: int) -> dict[str, Any]:
+    """The per-arrival stages: those whose tasks read at least half the arrival rows from a shuffle
+    (the exchanges of the arrivals the lead-domain passes read; the scans' tasks follow the files'
+    splits, not the devices), with more than one task: per stage the largest task against the
+    median task, in shuffled rows read and in run seconds; `largest_task_ratio` (rows) and
+    `largest_task_ratio_s`: the worst of those stages."""
+    import statistics
+
+    heavy = []
+    for st in stages:
+        rows = st["shuffled"]
+        if len(rows) > 1 and sum(rows) >= arrivals / 2:
+            med_r, med_s = statistics.median(rows), statistics.median(st["seconds"])
+            heavy.append(
+                {
+                    "stage": st["stage"],
+                    "tasks": len(rows),
+                    "rows_max": max(rows),
+                    "rows_median": med_r,
+                    "rows_ratio": round(max(rows) / med_r, 2) if med_r else None,
+                    "seconds_max": round(max(st["seconds"]), 2),
+                    "seconds_median": round(med_s, 2),
+                    "seconds_ratio": round(max(st["seconds"]) / med_s, 2) if med_s else None,
+                }
+            )
+    worst = [h["rows_ratio"] for h in heavy if h["rows_ratio"] is not None]
+    worst_s = [h["seconds_ratio"] for h in heavy if h["seconds_ratio"] is not None]
+    return {
+        "largest_task_ratio": max(worst, default=None),
+        "largest_task_ratio_s": max(worst_s, default=None),
+        "stages": heavy,
+    }
 
 
 def jvm_pid(spark: Any) -> int:
@@ -144,16 +224,31 @@ def generate_export(cfg: SynthConfig, export: str, chunk_rows: int) -> tuple[Syn
 
 
 def run_spark(export: str, result: str, spark: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The Spark job on the export: (its summary, its timings, load and JVM peak RSS)."""
+    """The Spark job on the export: (its summary, its timings, load, JVM peak RSS, and the balance
+    of its per-arrival tasks: task_balance)."""
     pid = jvm_pid(spark)
     reset_peak(pid)
-    t, c = time.monotonic(), cpu_seconds(spark)
-    summary = run_job(export, result, spark, report=False, progress=True)
+    before = stage_ids(spark)
+    t, c, j = time.monotonic(), cpu_seconds(spark), jvm_cpu_seconds(spark)
+    prog = Progress()
+    summary = run_job(export, result, spark, report=False, progress=prog)
     r = {"spark_s": time.monotonic() - t, "spark_cpu": cpu_seconds(spark) - c}
+    r["jvm_cpu"] = jvm_cpu_seconds(spark) - j
     r["spark_load"], r["jvm_peak_mb"] = os.getloadavg()[0], peak_rss_mb(pid)
+    r["stage_seconds"] = {k: round(v, 2) for k, v in prog.timings.items()}
+    r.update(task_balance(task_metrics(spark, before), summary["rows"]))
     print(
-        "[bench] spark job %.1fs, %.1f CPU s (load average %.1f); %s"
-        % (r["spark_s"], r["spark_cpu"], r["spark_load"], jvm_memory(spark)),
+        "[bench] spark job %.1fs, %.1f CPU s (JVM %.1f; load average %.1f); %s; largest task / median: "
+        "%s rows, %s s"
+        % (
+            r["spark_s"],
+            r["spark_cpu"],
+            r["jvm_cpu"],
+            r["spark_load"],
+            jvm_memory(spark),
+            r["largest_task_ratio"],
+            r["largest_task_ratio_s"],
+        ),
         flush=True,
     )
     return summary, r
@@ -301,7 +396,9 @@ def print_results(results: list[dict[str, Any]]) -> bool:
 )
 @click.option("--shuffle-partitions", type=int, default=None, help="default: the job's (2 x cores)")
 @click.option("--adaptive", is_flag=True, help="AQE on (the job's local default: off)")
-@click.option("--driver-memory", default="8g", show_default=True)
+@click.option(
+    "--driver-memory", default=None, help="default: 8g; with --skewed the job's (%s)" % DRIVER_MEMORY
+)
 @click.option(
     "--hot-device-share",
     type=float,
@@ -330,13 +427,23 @@ def print_results(results: list[dict[str, Any]]) -> bool:
 @click.option(
     "--duckdb-memory", default=None, help="memory_limit of the DuckDB oracle, e.g. 6GB (spills to --out)"
 )
+@click.option(
+    "--skewed",
+    type=int,
+    default=0,
+    help="one skewed fleet of this many rows (one device holds half of them, one boot) run with the "
+    "job's defaults (driver memory included); prints the largest per-arrival task against the median",
+)
 @click.option("--days", type=int, default=0, help="incremental mode: this many daily export runs")
 @click.option("--day-rows", type=int, default=20_000, show_default=True, help="--days: arrival rows a day")
-@click.option("--json", "as_json", is_flag=True, help="--days: one JSON object on stdout")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout (the table goes to stderr)")
 def main(**o: Any) -> None:
+    if o["skewed"]:
+        o["hot_device_share"] = o["hot_device_share"] or 0.5
+    o["driver_memory"] = o["driver_memory"] or (DRIVER_MEMORY if o["skewed"] else "8g")
     if o["days"]:
         sys.exit(0 if run_days(o) else 1)
-    sizes = [*o["rows"], *o["more_rows"]] or [1_000_000, 10_000_000]
+    sizes = [o["skewed"]] if o["skewed"] else [*o["rows"], *o["more_rows"]] or [1_000_000, 10_000_000]
     os.makedirs(o["out"], exist_ok=True)
     results = []
     with bench_session(o, sizes) as session:
@@ -347,7 +454,8 @@ def main(**o: Any) -> None:
         mem = "JVM peak RSS per size: %s MB" % ", ".join("%.0f" % r["jvm_peak_mb"] for r in results)
     jvm_opts = dict(kv.split("=", 1) for kv in o["conf"]).get("spark.driver.extraJavaOptions")
     jvm_opts = jvm_opts or session.java_options or "-"
-    print()
+    out = sys.stderr if o["as_json"] else sys.stdout
+    print(file=out)
     print(
         "JVM start %.1fs (not in the Spark times); AQE %s; shuffle partitions %s; driver memory %s;"
         " hot device share %s; conf %s; JVM options %s; %s"
@@ -360,9 +468,32 @@ def main(**o: Any) -> None:
             " ".join(o["conf"]) or "-",
             jvm_opts,
             mem,
-        )
+        ),
+        file=out,
     )
-    sys.exit(0 if print_results(results) else 1)
+    with contextlib.redirect_stdout(out):
+        ok = print_results(results)
+    if o["as_json"]:
+        print(json.dumps({"runs": [json_row(r, o, jvm_s) for r in results]}))
+    sys.exit(0 if ok else 1)
+
+
+def json_row(r: dict[str, Any], o: dict[str, Any], jvm_start_s: float) -> dict[str, Any]:
+    """One size's figures for --json (seconds rounded; the first differences only)."""
+    keys = (
+        "rows", "spark_s", "jvm_cpu", "spark_cpu", "duckdb_s", "duckdb_cpu", "ratio", "equal", "truth_ok",
+        "largest_task_ratio", "largest_task_ratio_s", "stages", "stage_seconds", "spark_load", "duck_load",
+        "jvm_peak_mb", "py_peak_mb", "mem_low_mb",
+    )  # fmt: skip
+    out = {k: round(r[k], 3) if isinstance(r[k], float) else r[k] for k in keys}
+    out["diffs"] = (r["diffs"] + r["truth_diffs"])[:20]
+    out.update(
+        jvm_start_s=round(jvm_start_s, 2),
+        driver_memory=o["driver_memory"],
+        hot_device_share=o["hot_device_share"],
+        cpu_ratio=round(r["jvm_cpu"] / r["duckdb_cpu"], 3) if r["duckdb_cpu"] else None,
+    )
+    return out
 
 
 def run_days(o: dict[str, Any]) -> bool:

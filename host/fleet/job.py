@@ -82,6 +82,7 @@ from leadwire.fleet.plan import (
 )
 from leadwire.fleet.progress import Progress
 from leadwire.fleet.session import (
+    DRIVER_MEMORY,
     SMALL_INPUT_BYTES,
     LocalSession,
     apply_conf,
@@ -142,7 +143,7 @@ def run_job(
     report: bool = True,
     progress: Progress | bool = True,
     shuffle_partitions: int | None = None,
-    driver_memory: str = "4g",
+    driver_memory: str = DRIVER_MEMORY,
     exact_max_values: int = T.EXACT_MAX_VALUES,
     webhook: str | None = None,
     incremental: bool = False,

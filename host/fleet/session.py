@@ -90,6 +90,10 @@ def launch_conf(master: str, nbytes: int | None, archive: ClassArchive | None) -
     return {key: joined} if joined else {}
 
 
+# spark.driver.memory of a session leadwire starts (local mode: executors run in the driver's JVM)
+DRIVER_MEMORY = "4g"
+
+
 def local_shuffle_partitions() -> int:
     return 2 * (os.cpu_count() or 2)
 
@@ -97,7 +101,7 @@ def local_shuffle_partitions() -> int:
 def build_session(
     master: str = "local[*]",
     shuffle_partitions: int | None = None,
-    driver_memory: str = "4g",
+    driver_memory: str = DRIVER_MEMORY,
     app_name: str = "leadwire-fleet",
     adaptive: bool | None = None,
     extra: dict[str, str] | None = None,
@@ -139,7 +143,7 @@ def local_session(
     master: str,
     nbytes: int | None,
     shuffle_partitions: int | None = None,
-    driver_memory: str = "4g",
+    driver_memory: str = DRIVER_MEMORY,
     app_name: str = "leadwire-fleet",
     adaptive: bool | None = None,
     extra: dict[str, str] | None = None,
