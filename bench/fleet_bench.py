@@ -21,7 +21,9 @@ approximate for large groups, are checked against the raw values with their stat
         --duckdb-memory 4GB             # the linearity check on a 24 GB machine
     .venv/bin/python bench/fleet_bench.py --days 14 [--day-rows 20000] [--json]
                                         # incremental: one export run a day, each followed by
-                                        # `--incremental` and a full recompute to compare with
+                                        # `--incremental` and a full recompute to compare with;
+                                        # per day wall and JVM CPU seconds, and the last day
+                                        # against day 2 on both (ratio_seconds, ratio_cpu_seconds)
 
 The JVM is started as `leadwire fleet` starts a local one (C1 only for small exports, Spark's
 classes mapped from the class-data archive in ~/.cache/leadwire/spark-cds: its first run writes
@@ -502,8 +504,6 @@ def run_days(o: dict[str, Any]) -> bool:
     job with --incremental after each run, then a full recompute of the same files to compare the
     dated tables with. Per day: the rows the run brought, the rows the incremental job read, its
     seconds, and whether its tables equal the recompute's. True when every day is equal."""
-    import json
-
     from leadwire.fleet.job import DATED_TABLES
     from leadwire.fleet.synth import generate
     from leadwire.fleet.synth_days import export_days, publish_run
@@ -520,13 +520,13 @@ def run_days(o: dict[str, Any]) -> bool:
         spark = session.spark
         for k in range(len(days)):
             new = publish_run(tables, export, k, days)
-            t = time.monotonic()
+            t, c = time.monotonic(), jvm_cpu_seconds(spark)
             s = run_job(export, inc, spark, report=False, progress=False, incremental=True)
-            seconds = time.monotonic() - t
+            seconds, cpu = time.monotonic() - t, jvm_cpu_seconds(spark) - c
             full = os.path.join(base, "full")
-            t = time.monotonic()
+            t, c = time.monotonic(), jvm_cpu_seconds(spark)
             run_job(export, full, spark, report=False, progress=False)
-            full_s = time.monotonic() - t
+            full_s, full_cpu = time.monotonic() - t, jvm_cpu_seconds(spark) - c
             diffs = compare_tables(
                 read_job_tables(inc, DATED_TABLES), read_job_tables(full, DATED_TABLES), TABLE_ORDER
             )
@@ -535,14 +535,17 @@ def run_days(o: dict[str, Any]) -> bool:
                 "new_rows": new,
                 "rows_read": s["rows_read"],
                 "seconds": round(seconds, 2),
+                "cpu_seconds": round(cpu, 2),
                 "equals_full": not diffs,
                 "full_seconds": round(full_s, 2),
+                "full_cpu_seconds": round(full_cpu, 2),
                 "load": os.getloadavg()[0],
             }
             out.append(row)
             print(
-                "[bench] day %(day)2d: new rows %(new_rows)d, read %(rows_read)d, %(seconds).1fs "
-                "(full recompute %(full_seconds).1fs), equals full: %(equals_full)s, load %(load).1f" % row,
+                "[bench] day %(day)2d: new rows %(new_rows)d, read %(rows_read)d, %(seconds).1fs, "
+                "%(cpu_seconds).1f JVM CPU s (full recompute %(full_seconds).1fs, "
+                "%(full_cpu_seconds).1f CPU s), equals full: %(equals_full)s, load %(load).1f" % row,
                 file=log,
                 flush=True,
             )
@@ -550,10 +553,18 @@ def run_days(o: dict[str, Any]) -> bool:
                 print("    " + d, file=log)
             shutil.rmtree(full, ignore_errors=True)
     ok = all(r["equals_full"] for r in out)
+    doc: dict[str, Any] = {"days": out}
+    if len(out) >= 2:  # the last day against day 2 (day 1 starts from nothing)
+        last, second = out[-1], out[1]
+        doc["ratio_seconds"] = round(last["seconds"] / second["seconds"], 3)
+        doc["ratio_cpu_seconds"] = round(last["cpu_seconds"] / second["cpu_seconds"], 3)
+        print(
+            "day %d / day 2: %.2f wall seconds, %.2f JVM CPU seconds"
+            % (last["day"], doc["ratio_seconds"], doc["ratio_cpu_seconds"]),
+            file=log,
+        )
     if o["as_json"]:
-        print(json.dumps({"days": out}))
-    elif len(out) >= 14:
-        print("day 14 / day 2 seconds: %.2f" % (out[13]["seconds"] / out[1]["seconds"]))
+        print(json.dumps(doc))
     if not o["keep"]:
         shutil.rmtree(base, ignore_errors=True)
     return ok

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from leadwire.fleet import carry as C
+from leadwire.fleet import rollout as R
 from leadwire.fleet import transforms as T
 from leadwire.fleet.arrow import to_arrow
 from leadwire.fleet.extract import read_files
@@ -36,6 +37,7 @@ from leadwire.fleet.fs import join, list_files, write_text
 from leadwire.fleet.manifests import new_files
 from leadwire.fleet.options import BadInput
 from leadwire.fleet.plan import HOT, WHOLE, Latency, first_pass, lead_shape, profile_input, rollup_tables
+from leadwire.fleet.rollout_stage import stage_flags, stage_rollout
 from leadwire.fleet.schema import PARTITION_COLUMN, TABLES
 from leadwire.fleet.stages import (
     STATE_FILE,
@@ -47,10 +49,24 @@ from leadwire.fleet.stages import (
     stage_report,
     stage_small_tables,
     write_executor_table,
+    write_table,
 )
 
 STATE_DIR = "_state"
-MERGED = ("channel_windows", "recoveries")
+# the dated tables a run merges into: the two outputs, and the rollout units' arrival times
+# (OUT/_state/rollout_times/date=...)
+MERGED = ("channel_windows", "recoveries", "_rollout_times")
+_MERGED_COLS = {
+    "channel_windows": T.CHANNEL_WINDOW_COLS,
+    "recoveries": T.RECOVERY_COLS,
+    "_rollout_times": R.TIME_COLS,
+}
+
+
+def _dated_path(out: str, name: str) -> str:
+    if name == "_rollout_times":
+        return join(out, STATE_DIR, "rollout_times")
+    return join(out, "parquet", name + ".parquet")
 
 
 def _version_dir(out: str, version: int) -> str:
@@ -123,6 +139,7 @@ def stage_carried_tables(run: Run) -> None:
             "bad": order.where("order_violation")
             .selectExpr(*T._bq(T.LEAD_KEY), "arrival", "bridge_id")
             .limit(1),
+            **R.rollout_inputs(dev, R.rollout_window(spec.window_seconds)),
         }
         approx = T.transform_latency_groups(values, big)
         if approx is not None:
@@ -158,8 +175,12 @@ def stage_carried_tables(run: Run) -> None:
     rec_new = T.transform_unstack(stage, "rec", T.RECOVERY_COLS)
     with run.prog.stage("merge the days touched: %s" % (", ".join(days["channel_windows"]) or "-")):
         old_cw = _old_days(spark, spec.out_dir, "channel_windows", days["channel_windows"], written)
+        old_times = _old_days(spark, spec.out_dir, "_rollout_times", days["_rollout_times"], written)
         cw = run.cut(C.transform_merge_windows(*old_cw, cw_new, rev))
         rec = run.cut(rec_new)  # of whole losses days (new_files): they replace those days
+        times = run.cut(
+            R.transform_merge_times(*old_times, T.transform_unstack(stage, "rtimes", R.TIME_COLS))
+        )
         boots = run.cut(frames["boots"].unionByName(boots0))
         rst_all = T.transform_restarts(boots, spec.window_seconds)
         in_days = "%s IN (%s)" % (day, ", ".join("'%s'" % d for d in days["channel_windows"]) or "''")
@@ -175,7 +196,18 @@ def stage_carried_tables(run: Run) -> None:
             "_mismatches": T.transform_window_mismatches(
                 T.transform_unstack(stage, "cw", [*T.CHANNEL_WINDOW_COLS, "mismatch_rows"])
             ),
+            # the rollout tables of the days written: their units' first and last arrival over
+            # every run (merged like the windows), the latency of the new rows (as `latency`)
+            "_rollout_times": times,
+            "_rollout_latency": T.transform_unstack(stage, "rlat", R.LATENCY_COUNT_COLS),
+            "_boots": boots,
         }
+        run.extra["rollout_days"] = days["channel_windows"]
+        if days["channel_windows"]:  # the summary's dates: the first and last written
+            run.extra["date_from"], run.extra["date_to"] = (
+                days["channel_windows"][0],
+                days["channel_windows"][-1],
+            )
         run.devices = to_arrow(run.tables["devices"]).sort_by("device_id")
         run.rows = int(sum(run.devices.column("messages").to_pylist()))
         run.prog.log("  %d new arrival rows; the days written hold %d" % (run.rows_read, run.rows))
@@ -186,7 +218,7 @@ def stage_carried_tables(run: Run) -> None:
     }
 
 
-_PARTS = {"channel_windows": ("cw", "rev"), "recoveries": ("rec",)}
+_PARTS = {"channel_windows": ("cw", "rev"), "recoveries": ("rec",), "_rollout_times": ("cw", "rev")}
 
 
 def stage_write_dated(run: Run) -> None:
@@ -198,7 +230,7 @@ def stage_write_dated(run: Run) -> None:
     with run.prog.stage("write the days touched (executors) to %s" % out):
         for name in MERGED:
             if run.extra["days"][name]:
-                write_executor_table(name, run.tables[name], out, dynamic=bool(state))
+                write_table(run.tables[name], _dated_path(out, name), dated=True, dynamic=bool(state))
         write_executor_table("restarts", run.tables["restarts"], out, dynamic=False)
         write_executor_table("devices", run.tables["devices"], out, dynamic=False)
 
@@ -237,7 +269,9 @@ INCREMENTAL_STAGES: list[Stage] = [
     stage_carried_tables,
     stage_write_dated,
     stage_small_tables,
+    stage_rollout,
     stage_load,
+    stage_flags,
     stage_report,
     stage_record_state,
 ]
@@ -271,8 +305,7 @@ def _old_days(
     have = sorted(set(days) & set(written.get(name, [])))
     if not have:
         return []
-    path = join(out, "parquet", name + ".parquet")
-    cols = T.CHANNEL_WINDOW_COLS if name == "channel_windows" else T.RECOVERY_COLS
+    path, cols = _dated_path(out, name), _MERGED_COLS[name]
     parts = [join(path, "%s=%s" % (PARTITION_COLUMN, d)) for d in have]
     return [spark.read.option("basePath", path).parquet(*parts).selectExpr(*T._bq(cols))]
 

@@ -10,6 +10,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from leadwire.fleet import rollout as R
 from leadwire.fleet import transforms as T
 from leadwire.fleet.arrow import to_arrow
 from leadwire.fleet.extract import DateRange, Inputs
@@ -92,6 +93,10 @@ def build_tables(
         # recoveries and restarts (small inputs) in the same job: one job, not three
         "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
         "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
+        # what the rollout tables read from the arrivals: computed here, the arrivals read once
+        **R.rollout_inputs(
+            dev.where(T.in_range(F.col("rx_us"), since, until)), R.rollout_window(window_seconds)
+        ),
     }
     approx = T.transform_latency_groups(values, big)
     if approx is not None:  # counts and approximate percentiles of the large fleet-level groups
@@ -105,12 +110,23 @@ def build_tables(
     rst = T.transform_unstack(stage, "rst", T.RESTART_COLS)
     return {
         "_by_device": dev,
+        **rollout_parts(stage, inputs.boots),
         # the rows that disagree with the bridge (usually none) came with the channel windows:
         # a second consumer of the per-arrival rows would run their window sorts twice
         "_mismatches": T.transform_window_mismatches(
             T.transform_unstack(stage, "cw", [*T.CHANNEL_WINDOW_COLS, "mismatch_rows"])
         ),
         **rollup_tables(cw, rec, rst, Latency(lat_dev, lat, groups, big), worst_n, cut),
+    }
+
+
+def rollout_parts(stage: DataFrame, boots: DataFrame) -> dict[str, DataFrame]:
+    """The rollout stage's inputs (rollout_stage.stage_rollout): the unit times and latency
+    multiset the stage computed (parts `rtimes`, `rlat`), and the boots."""
+    return {
+        "_rollout_times": T.transform_unstack(stage, "rtimes", R.TIME_COLS),
+        "_rollout_latency": T.transform_unstack(stage, "rlat", R.LATENCY_COUNT_COLS),
+        "_boots": boots,
     }
 
 

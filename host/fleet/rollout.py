@@ -46,6 +46,14 @@ T975 += (2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899, 2.059539, 2
 T975 += (2.048407, 2.045230, 2.042272)
 MIN_DEVICES = 3  # below this, the between-device variance (deff) is not estimable
 ROLLOUT_WINDOW_SECONDS = 86_400
+
+
+def rollout_window(window_seconds: int) -> int:
+    """The job's rollout window: a day when the job's window divides one (the rollout tables need
+    a multiple of it), else the job's window."""
+    return ROLLOUT_WINDOW_SECONDS if ROLLOUT_WINDOW_SECONDS % window_seconds == 0 else window_seconds
+
+
 # (metric, numerator, denominator) per device, SQL over unit sums
 RATE_METRICS = (
     ("loss", "lost", "`unique` + lost"),
@@ -65,6 +73,8 @@ UNIT_COLS = [
     "last_rx_us",
 ]
 CHANGE_COLS = ["device_id", "firmware_version", "seen_us", "crash_restart", "upgrade"]
+TIME_COLS = ["device_id", "firmware_version", "window_start", "first_rx_us", "last_rx_us"]
+LATENCY_COUNT_COLS = ["firmware_version", "window_start", "metric", "value_us", "n"]
 RATE_COLS = [
     "devices_seen",
     "device_windows",
@@ -154,19 +164,43 @@ def transform_boot_changes(boots: DataFrame) -> DataFrame:
     ).select(*CHANGE_COLS)
 
 
+def transform_unit_times(arrivals: DataFrame, window_seconds: int = ROLLOUT_WINDOW_SECONDS) -> DataFrame:
+    """Per device, release and rollout window: the first and last arrival time (TIME_COLS), from
+    the arrivals (transform_arrivals output, in range). On arrivals partitioned by device the
+    aggregation needs no exchange: the job computes it with its per-arrival stage."""
+    return (
+        arrivals.groupBy(
+            "device_id", "firmware_version", F.expr("%s AS window_start" % _floor("rx_us", window_seconds))
+        )
+        .agg(F.expr("min(rx_us) AS first_rx_us"), F.expr("max(rx_us) AS last_rx_us"))
+        .select(*TIME_COLS)
+    )
+
+
+def transform_merge_times(*parts: DataFrame) -> DataFrame:
+    """Unit times (TIME_COLS) of several runs as one row per device, release and window."""
+    src = parts[0]
+    for p in parts[1:]:
+        src = src.unionByName(p.select(*TIME_COLS))
+    return (
+        src.groupBy("device_id", "firmware_version", "window_start")
+        .agg(F.expr("min(first_rx_us) AS first_rx_us"), F.expr("max(last_rx_us) AS last_rx_us"))
+        .select(*TIME_COLS)
+    )
+
+
 def transform_units(
     cw: DataFrame,
-    arrivals: DataFrame,
+    times: DataFrame,
     changes: DataFrame,
     window_seconds: int = ROLLOUT_WINDOW_SECONDS,
     since_us: int | None = None,
     until_us: int | None = None,
 ) -> DataFrame:
     """Per device, release and rollout window: counts from the channel windows (their window
-    floored to the rollout window, a multiple of it), first and last arrival time from the
-    arrivals (transform_arrivals output, already in range), crash restarts and upgrades from
-    transform_boot_changes (those first seen in [since_us, until_us)). One aggregation of a union
-    of the three, no joins."""
+    floored to the rollout window, a multiple of it), first and last arrival time from
+    transform_unit_times, crash restarts and upgrades from transform_boot_changes (those first
+    seen in [since_us, until_us)). One aggregation of a union of the three, no joins."""
     keys = ["device_id", "firmware_version"]
     rng = ["true"]
     if since_us is not None:
@@ -179,7 +213,7 @@ def transform_units(
             "%s AS window_start" % _floor("unix_micros(window_start)", window_seconds),
             *_bq(["messages", "unique", "lost", "duplicates", "late", "reorder_depth_max"]),
         ),
-        arrivals.selectExpr(*keys, "%s AS window_start" % _floor("rx_us", window_seconds), "rx_us AS _rx"),
+        times.selectExpr(*keys, "window_start", "first_rx_us AS _rx_lo", "last_rx_us AS _rx_hi"),
         changes.where(" AND ".join(rng)).selectExpr(
             *keys,
             "%s AS window_start" % _floor("seen_us", window_seconds),
@@ -197,8 +231,8 @@ def transform_units(
         .agg(
             *(F.expr("CAST(coalesce(sum(`%s`), 0) AS BIGINT) AS `%s`" % (c, c)) for c in UNIT_SUMS),
             F.expr("CAST(coalesce(max(reorder_depth_max), 0) AS BIGINT) AS reorder_depth_max"),
-            F.expr("min(_rx) AS first_rx_us"),
-            F.expr("max(_rx) AS last_rx_us"),
+            F.expr("min(_rx_lo) AS first_rx_us"),
+            F.expr("max(_rx_hi) AS last_rx_us"),
         )
         .select(*UNIT_COLS)
     )
@@ -311,7 +345,7 @@ def transform_latency_counts(arrivals: DataFrame, window_seconds: int = ROLLOUT_
     return (
         long.groupBy("firmware_version", "window_start", "metric", "value_us")
         .agg(F.expr("count(1) AS n"))
-        .select("firmware_version", "window_start", "metric", "value_us", "n")
+        .select(*LATENCY_COUNT_COLS)
     )
 
 
@@ -435,28 +469,42 @@ def transform_regressions(releases: DataFrame, before_after: DataFrame) -> DataF
     ).select(*REGRESSION_COLS)
 
 
+def rollout_inputs(arrivals: DataFrame, window_seconds: int = ROLLOUT_WINDOW_SECONDS) -> dict[str, DataFrame]:
+    """What the rollout tables read from the arrivals (transform_arrivals output, rows in range):
+    the unit times and the latency multiset per release and rollout window. The job computes them
+    with its per-arrival stage (parts `rtimes`, `rlat`): the arrivals are read once."""
+    return {
+        "rtimes": transform_unit_times(arrivals, window_seconds),
+        "rlat": transform_latency_counts(arrivals, window_seconds),
+    }
+
+
 def rollout_tables(
     cw: DataFrame,
-    arrivals: DataFrame,
+    times: DataFrame,
+    lat: DataFrame,
     boots: DataFrame,
     window_seconds: int = ROLLOUT_WINDOW_SECONDS,
     since_us: int | None = None,
     until_us: int | None = None,
     cut: Callable[[DataFrame], DataFrame] | None = None,
+    days: list[str] | None = None,
 ) -> dict[str, DataFrame]:
     """The ROLLOUT_TABLES from the job's channel windows (window a divisor of window_seconds), the
-    arrivals (transform_arrivals output, rows in range) and the boots table (all read: a boot's
-    predecessor may lie before the range). `cut` (the job: computed once, lineage cut) is applied
-    to what several tables read: the units, the latency multiset, releases and before/after."""
+    unit times and latency multiset of rollout_inputs and the boots table (all read: a boot's
+    predecessor may lie before the range). days: only the units of these dates (an incremental
+    run's days written; their restarts too). `cut` (the job: computed once, lineage cut) is
+    applied to what every table reads: the units."""
     cut = cut or (lambda df: df)
-    units = cut(
-        transform_units(cw, arrivals, transform_boot_changes(boots), window_seconds, since_us, until_us)
-    )
-    lat = cut(transform_latency_counts(arrivals, window_seconds))
-    # read twice (their own table and the regressions): computed once
-    releases = cut(transform_rollout_releases(units, lat))
+    units = transform_units(cw, times, transform_boot_changes(boots), window_seconds, since_us, until_us)
+    if days is not None:
+        units = units.where(
+            "date_format(window_start, 'yyyy-MM-dd') IN (%s)" % (", ".join("'%s'" % d for d in days) or "''")
+        )
+    units = cut(units)
+    releases = transform_rollout_releases(units, lat)
     moves = transform_moves(units)
-    before_after = cut(transform_rollout_before_after(units, moves))
+    before_after = transform_rollout_before_after(units, moves)
     return {
         "rollout_windows": transform_rollout_windows(units, lat),
         "rollout_releases": releases,

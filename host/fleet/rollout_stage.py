@@ -7,11 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import functions as F
-
-from leadwire.fleet import transforms as T
 from leadwire.fleet.plan import collect_small, sort_table
-from leadwire.fleet.rollout import ROLLOUT_WINDOW_SECONDS, rollout_tables
+from leadwire.fleet.rollout import rollout_tables, rollout_window
 from leadwire.fleet.webhook import deliver
 
 if TYPE_CHECKING:
@@ -26,29 +23,24 @@ ROLLOUT_ORDER = {
 }
 
 
-def rollout_window(window_seconds: int) -> int:
-    """A day when the job's window divides one (the rollout tables need a multiple of it), else
-    the job's window."""
-    return ROLLOUT_WINDOW_SECONDS if ROLLOUT_WINDOW_SECONDS % window_seconds == 0 else window_seconds
-
-
 def stage_rollout(run: Run) -> None:
-    """The ROLLOUT_TABLES from the stage's channel windows, the arrivals in range (a second, narrow
-    read: device, firmware and times) and the boots, collected into run.collected."""
+    """The ROLLOUT_TABLES from the run's channel windows, the unit times and latency multiset its
+    per-arrival stage computed (plan.rollout_parts) and the boots, over the run's range (an
+    incremental run: the days it wrote, run.extra['rollout_days']), collected into run.collected."""
     spec = run.spec
-    assert run.inputs is not None
     with run.prog.stage("rollouts (per release and day, intervals, regressions)"):
-        since, until = spec.dates.since_us(), spec.dates.until_us()
-        arrivals = T.transform_arrivals(run.inputs.arrivals, spec.window_seconds)
-        arrivals = arrivals.where(T.in_range(F.col("rx_us"), since, until))
+        days = run.extra.get("rollout_days")
+        since, until = (None, None) if days is not None else (spec.dates.since_us(), spec.dates.until_us())
         tables = rollout_tables(
             run.tables["channel_windows"],
-            arrivals,
-            run.inputs.boots,
+            run.tables["_rollout_times"],
+            run.tables["_rollout_latency"],
+            run.tables["_boots"],
             rollout_window(spec.window_seconds),
             since,
             until,
             cut=run.cut,
+            days=days,
         )
         # one Spark job for the five (stacked), split and sorted on the driver
         for name, t in collect_small(tables).items():

@@ -166,8 +166,9 @@ def stage_load(run: Run) -> None:
             window_seconds=spec.window_seconds,
             input_dir=spec.input_dir,
             out_dir=spec.out_dir,
-            date_from=spec.dates.first,
-            date_to=spec.dates.last,
+            # the dates counted (an incremental run: the first and last it wrote)
+            date_from=run.extra.get("date_from", spec.dates.first),
+            date_to=run.extra.get("date_to", spec.dates.last),
             seconds=round(time.monotonic() - run.t0, 3),
         )
         with open(os.path.join(run.local_dir, "summary.json"), "w") as f:
@@ -248,9 +249,14 @@ def write_executor_table(name: str, df: DataFrame, out_dir: str, dynamic: bool) 
     tables partitioned by date, and with dynamic=True (a date-range run) only the dates this run
     wrote are replaced (Spark's dynamic partition overwrite, or the committer's: see
     PARTITION_OVERWRITE_CONF)."""
-    path = join(out_dir, "parquet", name + ".parquet")
+    write_table(df, join(out_dir, "parquet", name + ".parquet"), name in DATED_TABLES, dynamic)
+
+
+def write_table(df: DataFrame, path: str, dated: bool, dynamic: bool) -> None:
+    """write_executor_table's writing: into `path`, partitioned by the date of window_start when
+    dated, only the dates written replaced when dynamic."""
     w = df
-    if name in DATED_TABLES:
+    if dated:
         w = df.withColumn(PARTITION_COLUMN, F.date_format("window_start", "yyyy-MM-dd"))
     by_committer = dynamic and df.sparkSession.conf.get(PARTITION_OVERWRITE_CONF, "spark") == "committer"
     if by_committer:
@@ -259,7 +265,7 @@ def write_executor_table(name: str, df: DataFrame, out_dir: str, dynamic: bool) 
         writer = w.write.mode("overwrite").option(
             "partitionOverwriteMode", "dynamic" if dynamic else "static"
         )
-    if name in DATED_TABLES:
+    if dated:
         writer = writer.partitionBy(PARTITION_COLUMN)
     writer.parquet(path)
 

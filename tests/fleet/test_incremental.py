@@ -13,8 +13,10 @@ from pyspark.sql import SparkSession
 
 from leadwire.fleet.job import DATED_TABLES, TABLE_ORDER, BadInput, run_job
 from leadwire.fleet.oracle import compare_tables, read_job_tables
+from leadwire.fleet.rollout_stage import ROLLOUT_ORDER
 from leadwire.fleet.synth import SynthConfig, generate
 from leadwire.fleet.synth_days import export_days, publish_run
+from leadwire.fleet.transforms import LATENCY_WIDE
 
 pytestmark = pytest.mark.spark
 
@@ -30,6 +32,25 @@ def test_incremental_runs_equal_the_full_run_table_by_table(spark: SparkSession,
         new = publish_run(tables, str(export), k, days)
         s = run_job(str(export), str(inc), spark, progress=False, report=False, incremental=True)
         read.append((s["rows_read"], new))
+    # the last run's rollout tables describe the days it wrote: those of a full run over them,
+    # but for the latency (the new rows')
+    assert s["date_from"] is not None
+    span = run_job(
+        str(export),
+        str(tmp_path / "span"),
+        spark,
+        progress=False,
+        report=False,
+        date_from=s["date_from"],
+        date_to=s["date_to"],
+    )
+    assert span["rows"] > s["rows_read"]  # the days written hold rows earlier runs counted
+    got, want = (read_job_tables(str(d), ROLLOUT_ORDER) for d in (inc, tmp_path / "span"))
+    for t in (got, want):
+        for n in ROLLOUT_ORDER:
+            t[n] = t[n].drop(columns=[c for c in t[n].columns if c in LATENCY_WIDE])
+    assert compare_tables(got, want, ROLLOUT_ORDER) == []
+    assert len(want["rollout_windows"]) > 0 and want["rollout_windows"]["messages"].sum() == span["rows"]
     # every run after the first brought late files for the day before it (the lagging bridge)
     run_job(str(export), str(tmp_path / "full"), spark, progress=False, report=False)
     got = read_job_tables(str(inc), DATED_TABLES)
@@ -40,6 +61,6 @@ def test_incremental_runs_equal_the_full_run_table_by_table(spark: SparkSession,
     assert sum(n for _, n in read) == tables["arrivals"].num_rows
     state = json.loads((inc / "_leadwire_fleet.json").read_text())["incremental"]
     assert state["version"] == len(days) + 1 and "pending" not in state
-    assert sorted(p.name for p in (inc / "_state").iterdir()) == ["slot0", "slot1"]
+    assert sorted(p.name for p in (inc / "_state").iterdir()) == ["rollout_times", "slot0", "slot1"]
     with pytest.raises(BadInput, match="no export files new to this run"):
         run_job(str(export), str(inc), spark, progress=False, report=False, incremental=True)

@@ -19,7 +19,7 @@ from leadwire.fleet import transforms as T
 from leadwire.fleet.extract import Inputs, extract
 from leadwire.fleet.oracle import compare_tables
 from leadwire.fleet.plan import by_device
-from leadwire.fleet.rollout import T975, Z, rollout_tables
+from leadwire.fleet.rollout import T975, Z, rollout_inputs, rollout_tables
 from leadwire.fleet.rollout_oracle import run_rollout_oracle
 from leadwire.fleet.rollout_synth import RolloutConfig, rollout_synth_config, write_rollout
 
@@ -37,7 +37,10 @@ def _spark_rollout(spark: Any, inputs: Inputs) -> dict[str, pd.DataFrame]:
     of the lead-domain passes), then the rollout tables."""
     arr = by_device(inputs.arrivals, 3600).localCheckpoint()
     cw = T.transform_channel_windows(T.transform_order(T.transform_leads(arr, None), None))
-    out = rollout_tables(cw.localCheckpoint(), arr, inputs.boots, cut=lambda d: d.localCheckpoint())
+    inp = {k: v.localCheckpoint() for k, v in rollout_inputs(arr).items()}
+    out = rollout_tables(
+        cw.localCheckpoint(), inp["rtimes"], inp["rlat"], inputs.boots, cut=lambda d: d.localCheckpoint()
+    )
     return {k: v.toPandas() for k, v in out.items()}
 
 
