@@ -603,7 +603,12 @@ def transform_latency_groups(
             .selectExpr("'%s' AS _set" % kind, *by, "metric", "n", "_pa")
         )
         out = d if out is None else out.unionByName(d, allowMissingColumns=True)
-    return None if out is None else out.selectExpr(*_bq(LATENCY_GROUP_COLS))
+    if out is None:
+        return None
+    # a dimension no large group has (e.g. only a transport and the fleet are large) is null
+    return out.selectExpr(
+        *("`%s`" % c if c in out.columns else "CAST(NULL AS STRING) AS `%s`" % c for c in LATENCY_GROUP_COLS)
+    )
 
 
 def latency_gate(groups: Any, kind: str) -> str:

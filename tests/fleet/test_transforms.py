@@ -473,6 +473,13 @@ def test_fleet_percentiles_exact_when_small_approximate_within_the_stated_rank_e
         ("fleet", 2_040),
         ("transport", 2_000),
     ]
+    # large groups of some kinds only (a transport and the fleet): the missing dimension is null
+    some = T.transform_latency_groups(values, {g for g in big if g[0] != "firmware_version"}, accuracy=100)
+    assert some is not None
+    assert sorted((r["_set"], r["firmware_version"], r["transport"], r["n"]) for r in some.collect()) == [
+        ("fleet", None, None, 2_040),
+        ("transport", None, "udp", 2_000),
+    ]
     fleet = T.transform_fleet_latency(lat, groups, big).collect()
     assert [(r["metric"], r["n"]) for r in fleet] == [("rx_to_commit", 2_040)]  # no gen_ts: no gen_to_rx
     cw = T.transform_channel_windows(rows_of(spark, rows))
