@@ -36,7 +36,16 @@ from leadwire.fleet.extract import read_files
 from leadwire.fleet.fs import join, list_files, write_text
 from leadwire.fleet.manifests import new_files
 from leadwire.fleet.options import BadInput
-from leadwire.fleet.plan import HOT, WHOLE, Latency, first_pass, lead_shape, profile_input, rollup_tables
+from leadwire.fleet.plan import (
+    HOT,
+    WHOLE,
+    Latency,
+    exact_rows,
+    first_pass,
+    lead_shape,
+    profile_input,
+    rollup_tables,
+)
 from leadwire.fleet.rollout_stage import stage_flags, stage_rollout
 from leadwire.fleet.schema import PARTITION_COLUMN, TABLES
 from leadwire.fleet.stages import (
@@ -134,7 +143,7 @@ def stage_carried_tables(run: Run) -> None:
             "cw": T.transform_channel_windows(rows, with_mismatches=True),
             "rev": C.transform_revisions(order),
             "lat_dev": T.transform_device_latency(values),
-            "lat": T.transform_latency_counts(values),
+            "lat": T.transform_latency_counts(values.where(exact_rows(big))),
             "rec": T.transform_recoveries(frames["losses"], spec.window_seconds),
             "bad": order.where("order_violation")
             .selectExpr(*T._bq(T.LEAD_KEY), "arrival", "bridge_id")

@@ -89,7 +89,7 @@ def build_tables(
     parts = {
         "cw": T.transform_channel_windows(rows, with_mismatches=True),
         "lat_dev": T.transform_device_latency(values),
-        "lat": T.transform_latency_counts(values),
+        "lat": T.transform_latency_counts(values.where(exact_rows(big))),
         # recoveries and restarts (small inputs) in the same job: one job, not three
         "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
         "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
@@ -161,6 +161,15 @@ def rollup_tables(
         "latency": fleet_latency,
         "summary": T.transform_summary(devices, fleet_latency),
     }
+
+
+def exact_rows(big: Any) -> str:
+    """SQL: a latency value row some fleet-level group with exact percentiles needs (its firmware's,
+    its transport's or the fleet's group is not in `big`): the multiset (`lat`) keeps only those,
+    the others go to the approximate percentiles of transform_latency_groups. At fleet scale
+    every group is large and the multiset's aggregation of every value is not run at all."""
+    gates = [T.latency_gate(big, kind) for kind in ("firmware_version", "transport", "fleet")]
+    return "NOT (%s)" % " AND ".join(gates)
 
 
 # A device is hot when it holds more arrivals than this many buckets and more than its share of

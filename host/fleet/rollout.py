@@ -425,18 +425,14 @@ def transform_rollout_before_after(units: DataFrame, moves: DataFrame) -> DataFr
 
 
 def _long(df: DataFrame, keys: list[str], prefix: str = "") -> DataFrame:
-    """One row per metric: keys, metric, <prefix>devices_seen, <prefix>rate, <prefix>lo, <prefix>hi."""
-    out: DataFrame | None = None
-    for m in METRIC_NAMES:
-        d = df.selectExpr(
-            *_bq(keys),
-            "'%s' AS metric" % m,
-            "devices_seen AS %sdevices_seen" % prefix,
-            *("{m}_{s} AS {p}{s}".format(m=m, s=s, p=prefix) for s in ("rate", "lo", "hi")),
-        )
-        out = d if out is None else out.unionByName(d)
-    assert out is not None
-    return out
+    """One row per metric: keys, metric, <prefix>devices_seen, <prefix>rate, <prefix>lo, <prefix>hi
+    (one stack() generator, not a union of a select per metric: a plan a quarter the size)."""
+    cols = ", ".join("'%s', %s_rate, %s_lo, %s_hi" % (m, m, m, m) for m in METRIC_NAMES)
+    return df.selectExpr(
+        *_bq(keys),
+        "devices_seen AS %sdevices_seen" % prefix,
+        "stack(%d, %s) AS (metric, %srate, %slo, %shi)" % (len(METRIC_NAMES), cols, prefix, prefix, prefix),
+    ).selectExpr(*_bq(keys), "metric", *("%s%s" % (prefix, c) for c in ("devices_seen", "rate", "lo", "hi")))
 
 
 def transform_regressions(releases: DataFrame, before_after: DataFrame) -> DataFrame:
@@ -494,7 +490,8 @@ def rollout_tables(
     unit times and latency multiset of rollout_inputs and the boots table (all read: a boot's
     predecessor may lie before the range). days: only the units of these dates (an incremental
     run's days written; their restarts too). `cut` (the job: computed once, lineage cut) is
-    applied to what every table reads: the units."""
+    applied to what several tables read: the units, releases and before/after (planning the
+    regressions over their whole plans cost more than computing them apart)."""
     cut = cut or (lambda df: df)
     units = transform_units(cw, times, transform_boot_changes(boots), window_seconds, since_us, until_us)
     if days is not None:
@@ -502,9 +499,9 @@ def rollout_tables(
             "date_format(window_start, 'yyyy-MM-dd') IN (%s)" % (", ".join("'%s'" % d for d in days) or "''")
         )
     units = cut(units)
-    releases = transform_rollout_releases(units, lat)
+    releases = cut(transform_rollout_releases(units, lat))
     moves = transform_moves(units)
-    before_after = transform_rollout_before_after(units, moves)
+    before_after = cut(transform_rollout_before_after(units, moves))
     return {
         "rollout_windows": transform_rollout_windows(units, lat),
         "rollout_releases": releases,
