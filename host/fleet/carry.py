@@ -51,6 +51,7 @@ from .transforms import (
     _bq,
     _carry_join,
     _wrap_diff_sql,
+    lead_bucket_summary,
 )
 
 # the channel window a point's row is counted in (with the domain's device_id and kind)
@@ -147,18 +148,7 @@ def transform_seeded_lead_carry(df: DataFrame, domains: DataFrame, broadcast: bo
     by device and bucket, a hot device's buckets spread over the tasks): the carried state, one
     row per bucket, is broadcast to them."""
     keys = [*_DOMAIN_KEYS, "_abucket"]
-    summ = (
-        df.where("_pos = 1 OR _is_last")
-        .groupBy(*keys)
-        .agg(
-            F.expr("max(_pos) AS _n"),
-            F.expr("min_by(seq, _pos) AS _first"),
-            F.expr("max_by(seq, _pos) AS _last"),
-            F.expr("max_by(_l, _pos) AS _llast"),
-            F.expr("max(greatest(_l, _lmax)) AS _lmax_b"),
-        )
-        .join(_seed(domains), LEAD_KEY, "left")
-    )
+    summ = lead_bucket_summary(df).join(_seed(domains), LEAD_KEY, "left")
     spec = "PARTITION BY %s ORDER BY _abucket" % ", ".join(_bq(_DOMAIN_KEYS))
     before = "%s %s" % (spec, _FRAME_TO_PREV)
     # the useq of the first new row: the counted last one's plus the wrap-safe step (none: its seq)

@@ -287,17 +287,13 @@ def transform_lead_buckets(df: DataFrame, bucket_bits: int = BUCKET_BITS) -> Dat
     return df.selectExpr("*", "max(_l) OVER (%s %s) AS _lmax" % (spec, _FROM_START % "1 PRECEDING"))
 
 
-def transform_lead_carry(df: DataFrame, broadcast: bool = False) -> DataFrame:
-    """Step 2 of transform_leads: every bucket's prefix state from the buckets before it in its
-    domain, from one summary row per (domain, arrival bucket): the useq of its first arrival
-    (`_start`: the previous bucket's last useq plus the wrap-safe step to this bucket's first
-    seq), the rows before it (`_pos0`) and the largest useq before it (`_max0`). Then pos, useq
-    and lead_calc of every row equal those of one window over the whole domain."""
-    keys = [*_DOMAIN_KEYS, "_abucket"]
-    # from the first and the last row of each bucket only (a filter, not an aggregation of every row)
-    summ = (
+def lead_bucket_summary(df: DataFrame) -> DataFrame:
+    """One row per (domain, arrival bucket) of transform_lead_buckets output: its rows (`_n`), first
+    and last seq, last `_l` and largest `_l`, from the bucket's first and last row only (a filter,
+    not an aggregation of every row)."""
+    return (
         df.where("_pos = 1 OR _is_last")
-        .groupBy(*keys)
+        .groupBy(*_DOMAIN_KEYS, "_abucket")
         .agg(
             F.expr("max(_pos) AS _n"),
             F.expr("min_by(seq, _pos) AS _first"),
@@ -306,6 +302,16 @@ def transform_lead_carry(df: DataFrame, broadcast: bool = False) -> DataFrame:
             F.expr("max(greatest(_l, _lmax)) AS _lmax_b"),
         )
     )
+
+
+def transform_lead_carry(df: DataFrame, broadcast: bool = False) -> DataFrame:
+    """Step 2 of transform_leads: every bucket's prefix state from the buckets before it in its
+    domain, from one summary row per (domain, arrival bucket): the useq of its first arrival
+    (`_start`: the previous bucket's last useq plus the wrap-safe step to this bucket's first
+    seq), the rows before it (`_pos0`) and the largest useq before it (`_max0`). Then pos, useq
+    and lead_calc of every row equal those of one window over the whole domain."""
+    keys = [*_DOMAIN_KEYS, "_abucket"]
+    summ = lead_bucket_summary(df)
     spec = "PARTITION BY %s ORDER BY _abucket" % ", ".join(_bq(_DOMAIN_KEYS))
     before = "%s %s" % (spec, _FROM_START % "1 PRECEDING")
     delta = "CASE WHEN _pl IS NULL THEN _first ELSE %s END" % _wrap_diff_sql("_first", "_pl")
