@@ -45,8 +45,6 @@ from .transforms import (
     HIST_COLS,
     LEAD_COLS,
     LEAD_KEY,
-    RECOVERY_COLS,
-    RECOVERY_DIMS,
     ROW_COLS,
     _bq,
     _carry_join,
@@ -434,22 +432,3 @@ def transform_merge_windows(*parts: DataFrame) -> DataFrame:
     )
     rate = "CASE WHEN `unique` + lost > 0 THEN lost / (`unique` + lost) ELSE 0D END AS loss_rate"
     return out.selectExpr("*", rate).selectExpr(*_bq(CHANNEL_WINDOW_COLS))
-
-
-_RECOVERY_MAX = ["duration_us_max"]
-
-
-def transform_merge_recoveries(*parts: DataFrame) -> DataFrame:
-    """Recovery rows (RECOVERY_COLS) of several runs as one row per window and cause."""
-    src = parts[0]
-    for p in parts[1:]:
-        src = src.unionByName(p.selectExpr(*_bq(RECOVERY_COLS)))
-    sums = [c for c in RECOVERY_COLS if c not in RECOVERY_DIMS and c not in _RECOVERY_MAX]
-    return (
-        src.groupBy(*RECOVERY_DIMS)
-        .agg(
-            *(F.expr("CAST(sum(`%s`) AS BIGINT) AS `%s`" % (c, c)) for c in sums),
-            *(F.expr("CAST(max(`%s`) AS BIGINT) AS `%s`" % (c, c)) for c in _RECOVERY_MAX),
-        )
-        .selectExpr(*_bq(RECOVERY_COLS))
-    )
