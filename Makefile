@@ -54,7 +54,7 @@ $(TYPINGS)/.stamp-stubs: | $(STAMP)
 
 typecheck: $(STAMP) $(TYPINGS)/.stamp-stubs
 	$(BIN)/mypy --config-file firmware/mypy.ini firmware/main.py firmware/lwagent.py firmware/lwboot.py firmware/lwauth.py \
-	  firmware/lwapp.py firmware/lwirq.py firmware/lwsrc.py \
+	  firmware/lwapp.py firmware/lwirq.py firmware/lwsrc.py firmware/lwdma.py \
 	  firmware/wlan.py firmware/boards/esp32.py firmware/boards/rp2.py firmware/boards/unix.py shared/leadwire
 
 demo: $(STAMP)

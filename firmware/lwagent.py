@@ -156,6 +156,9 @@ _AUTH_SIZE = const(8)  # wire.AUTH_SIZE: the trailer of a signed frame
 _ACK_SIZE = const(14)  # wire.ACK_SIZE
 
 
+_dma = None  # rp2, serial "dma": lwdma.send, the serial transmit (start() takes it from the board)
+
+
 def _send(L, b, n, a):
     # b[:n] to address a (UDP) or down the serial line, signed first when the link has auth (a
     # frame already signed, the HELLO, goes as it is); returns 1 for a dropped frame
@@ -165,6 +168,8 @@ def _send(L, b, n, a):
     try:
         if L[_UDP]:
             L[_IO].sendto(L[_MV][:n] if b is L[_TX] else b, a)
+        elif _dma is not None:  # COBS-encoded into a buffer the DMA sends from (lwdma)
+            return _dma(L[_CB], b, n)
         else:
             cb = L[_CB]
             m = encode_into(b, n, cb, 0) + 1
@@ -524,7 +529,9 @@ def start(b, board):
     # lwapp.start's last boot step, here so that its code is freed once run (lwapp deletes it):
     # authentication with a key, the agent on lwboot's (settings, ring, sensors, links, tasks),
     # its tasks started; returns the agent (asyncio.run(agent.io()) serves the links)
+    global _dma
     k, ring, sensors, links, tasks = b
+    _dma = getattr(board, "dma", None)
     if k[_KEY]:  # a key: auth.py and an endpoint per link, where the boot code was
         import lwauth
 

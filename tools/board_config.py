@@ -29,7 +29,7 @@ from leadwire.tools.firmware_build import FIRMWARE
 
 # the types of the keys the board modules read (checked against what they read, see above)
 TYPES: dict[str, dict[str, type]] = {
-    "serial": {"uart": int, "baud": int, "tx": int, "rx": int, "path": str},
+    "serial": {"uart": int, "baud": int, "tx": int, "rx": int, "path": str, "dma": bool},
     "wlan": {"ssid": str, "key": str, "tries": int, "wait": int, "country": str},
     "i2c": {"bus": int, "sda": int, "scl": int, "freq": int, "addr": int, "reg": int, "n": int},
 }

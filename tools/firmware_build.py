@@ -73,6 +73,8 @@ def plan(kind: str, viper: bool = True) -> list[Item]:
     items += [Item(FIRMWARE / (m + ".py"), m + ".mpy", True) for m in FIRMWARE_MODULES]
     if kind != "unix":
         items.append(Item(FIRMWARE / "wlan.py", "wlan.mpy", True))
+    if kind == "rp2":  # the serial link's transmit by DMA (boards/rp2.py, config "serial" "dma")
+        items.append(Item(FIRMWARE / "lwdma.py", "lwdma.mpy", True))
     items.append(Item(FIRMWARE / "boards" / (kind + ".py"), "boards/%s.mpy" % kind, True))
     items += [
         Item(CORE / (m + ".py"), "leadwire/%s.mpy" % m, True) for m in CORE_DEVICE if viper or m != VIPER

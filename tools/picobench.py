@@ -36,9 +36,11 @@ def goodput(
     seconds: float,
     offer: float = 2.0,
     frame: int = 1024,
+    dma: bool | None = None,
 ) -> dict[str, Any]:
     """pico_bench's section 2: the bridge polling UART0 at `baud`; figures on the board's clock. The sensor
-    offers `offer` times what the line carries (at most what the sensor task can do)."""
+    offers `offer` times what the line carries (at most what the sensor task can do). `dma`: the
+    serial link's "dma" setting (None: the board's default; rp2: on)."""
     line = baud / 10
     hz = min(int(offer * line / (GP_EVENT + 3)), 3000)
     cfg = {
@@ -49,21 +51,22 @@ def goodput(
         "health": {"ms": 0},
         "report": {"bytes": 64},
         "udp": False,
-        "serial": {"frame": frame, "baud": baud},
+        "serial": {"frame": frame, "baud": baud, **({} if dma is None else {"dma": dma})},
         "sensors": [{"ch": 1, "hz": hz, "size": GP_EVENT}],
     }
     configure(board, cfg)
-    db = tmp / ("goodput-%d.db" % baud)
+    db = tmp / ("goodput-%d-%s.db" % (baud, dma))
     burst_s = 512 * (GP_EVENT + 3) * 10 / baud
     # the bridge's timeouts are wall time: the emulator runs at ~0.3x when busy
     # max_bytes: the frame less its 12-byte header, with room to spare: 1000 of 1024
     doc = bridge_doc(db, {"serial": board.port, "baud": baud}, frame - 24, round(4 * (2 * burst_s + 0.5), 2))
     doc["polling"]["pipeline"] = True  # the next POLL goes out before the burst ends: hides latency
-    r = {"baud": baud, "frame": frame, "offer": offer, "hz": hz, "wall_s": seconds, "line": line}
+    r = {"baud": baud, "frame": frame, "dma": dma, "offer": offer, "hz": hz, "wall_s": seconds, "line": line}
     r.update(bridge_run(board, doc, warmup, seconds))
     r["goodput"] = r["stored"] * GP_EVENT / r["board_s"]
     r["ratio"] = r["goodput"] / line
-    log("pico_bench: %d baud: %s" % (baud, json.dumps({k: r[k] for k in ("stored", "ratio", "busy")})))
+    dm = "" if dma is None else " dma %s" % dma
+    log("pico_bench: %d baud%s: %s" % (baud, dm, json.dumps({k: r[k] for k in ("stored", "ratio", "busy")})))
     return r
 
 

@@ -24,7 +24,7 @@ TOP = "alarm, auth, health, id, key, report, ring, sensors, serial, slot, tick, 
 def test_every_key_the_firmware_reads_has_a_type() -> None:
     reads = board_config.firmware_reads()
     assert reads == {
-        "serial": {"uart", "baud", "tx", "rx", "path"},
+        "serial": {"uart", "baud", "tx", "rx", "path", "dma"},
         "wlan": {"ssid", "key", "tries", "wait", "country"},
         "i2c": {"bus", "sda", "scl", "freq", "addr", "reg", "n"},
     }
@@ -55,7 +55,8 @@ def test_the_documented_example_configs_are_accepted() -> None:
         ({"udp": {"port": 0}}, "udp.port: must be an integer in 1..65535, got 0"),
         ({"udp": {"host": 7}}, "udp.host: must be a string, got 7"),
         ({"serial": {"port": 1}},
-         "serial.port: unknown key (expected one of baud, frame, gap, path, rx, tx, uart)"),
+         "serial.port: unknown key (expected one of baud, dma, frame, gap, path, rx, tx, uart)"),
+        ({"serial": {"dma": 1}}, "serial.dma: must be true or false, got 1"),
         ({"wlan": {"ssid": "lab", "password": "x"}},
          "wlan.password: unknown key (expected one of country, key, ssid, tries, wait)"),
         ({"sensors": {"ch": 1}}, 'sensors: must be a list of objects, got {"ch": 1}'),

@@ -35,6 +35,7 @@ def test_dry_run_prints_the_plan(kind: str, march: str, tmp_path: Path) -> None:
     assert ":boards/%s.mpy" % kind in r.output
     assert ("resume" in r.output) == (kind == "unix")
     assert (":wlan.mpy" in r.output) == (kind != "unix")
+    assert (":lwdma.mpy" in r.output) == (kind == "rp2")
 
 
 def test_bad_config_is_refused_before_touching_the_board(tmp_path: Path) -> None:

@@ -1,0 +1,131 @@
+# The serial link's transmit by DMA on rp2 (config.json "serial": {"dma": true}, the default where
+# the port has rp2.DMA: boards/rp2.py attaches it; docs/firmware.md). Each frame goes from RAM to
+# the UART's TX FIFO through one DMA channel paced by the UART's TX DREQ (20: UART0, 22: UART1):
+# the CPU moves none of its bytes (the UART driver's write() costs ~240 cycles a byte on an
+# RP2040: its ring buffer, then the TX interrupt byte by byte).
+#
+# Two frame buffers: one the DMA reads (on the line), the next frame COBS-encoded into the other
+# meanwhile; the channel's completion interrupt (hard: it allocates nothing) starts the waiting one
+# at once, so the line does not idle between the frames of a burst. send() waits only when both
+# are taken (a burst the CPU builds faster than the line carries it), and then in WFE (the core
+# sleeps; the channel's interrupt ends the wait; machine.idle() would wake every ms at ~10k
+# cycles a wake): not an asyncio wait, because a burst is one snapshot of the ring with no await
+# in it (ring.respond). A wait longer than _WAIT ms (a line that does not move: the UART disabled)
+# aborts the channel: the waiting frame is counted dropped.
+#
+# Allocates: 0 bytes per frame; the second buffer once, at the first frame (the boot HELLO), the
+# size of the link's COBS buffer.
+#
+# The UART is then the agent's alone: a UART.write from elsewhere while a frame goes would
+# interleave with it in the FIFO. attach() refuses the UART the console is on (os.dupterm).
+import time
+
+import machine
+import micropython
+import rp2
+from micropython import const
+from uctypes import addressof
+
+from leadwire.framing import encode_into
+
+_COUNT = const(14)  # the channel's registers (words): AL3_TRANS_COUNT
+_GO = const(15)  # AL3_READ_ADDR_TRIG: the read address, which starts the channel
+_WAIT = const(5000)  # ms: a 2,078-byte frame takes 2.2 s at 9,600 baud
+
+_D = None  # the rp2.DMA channel (kept: its finaliser frees the channel)
+_R = memoryview(b"")  # its registers
+_B: list = [None, None]  # the two frame buffers: the link's COBS buffer and its twin
+_A = [0, 0]  # their addresses
+_S = [-1, -1, 0]  # the buffer on the line (-1: none), the one waiting (-1: none), its length
+
+
+def attach(uart, u):
+    """UART u (0 or 1) sends by DMA from now on: send() is the serial link's transmit; None when
+    the port has no rp2.DMA or the console is on this UART (it would interleave)."""
+    global _D, _R
+    import os
+
+    p = os.dupterm(None)
+    os.dupterm(p)
+    if p is uart or not hasattr(rp2, "DMA"):
+        return None
+    d = rp2.DMA()
+    # bytes from the buffer (incrementing) to the UART's DR (fixed), one per DREQ, and an
+    # interrupt at the end (pack_ctrl's default is quiet)
+    d.config(
+        write=0x40034000 + 0x4000 * u,
+        ctrl=d.pack_ctrl(size=0, inc_write=False, treq_sel=20 + 2 * u, irq_quiet=0),
+    )
+    d.irq(_done, True)
+    _D = d
+    _R = d.registers  # type: ignore[attr-defined]  # (not in the stubs)
+    return send
+
+
+@micropython.asm_thumb
+def _wfe():
+    # WFE: sleep until an event, unless one came since the last WFE (then return at once)
+    data(2, 0xBF20)  # type: ignore[name-defined]  # noqa: F821
+
+
+@micropython.asm_thumb
+def _sev():
+    # SEV: an event (pico-sdk's own waits pair their WFE with a SEV in the interrupt the same way)
+    data(2, 0xBF40)  # type: ignore[name-defined]  # noqa: F821
+
+
+def _done(d):
+    # the channel has put its frame's last byte in the FIFO (hard IRQ): the waiting one goes on;
+    # the event ends _ready's WFE, even one entered just after this ran
+    S = _S
+    i = S[1]
+    if i >= 0:
+        _R[_COUNT] = S[2]
+        _R[_GO] = _A[i]
+        S[1] = -1
+    S[0] = i
+    _sev()
+
+
+def _ready(cb):
+    # send()'s slow path: the first frame (the twin buffer is made), or both buffers taken: sleep
+    # until the line takes the waiting one (the channel's interrupt sends an event: WFE returns).
+    # Returns the frames dropped (1 after a line that did not move for _WAIT ms).
+    if _B[0] is not cb:
+        _B[0] = cb
+        _B[1] = bytearray(len(cb))
+        _A[0] = addressof(cb)
+        _A[1] = addressof(_B[1])
+    t = time.ticks_ms()
+    while _S[1] >= 0:
+        if time.ticks_diff(time.ticks_ms(), t) > _WAIT:
+            s = machine.disable_irq()  # (an abort may raise the completion interrupt)
+            _D.active(0)  # type: ignore[union-attr]
+            _S[0] = _S[1] = -1
+            machine.enable_irq(s)
+            return 1
+        _wfe()
+    return 0
+
+
+def send(cb, b, n):
+    """b[:n], COBS-encoded and 0-terminated, down the line by DMA; cb: the link's COBS buffer (the
+    first of the two). Returns the frames dropped (0, or 1 after a stuck line)."""
+    # (few locals: a bytecode frame over 11 words comes from the GC heap at every call, ~20k
+    # cycles on a Pico's heap, unless the heap is locked)
+    r = 0
+    if _S[1] >= 0 or _B[0] is not cb:
+        r = _ready(cb)
+    i = (_S[0] + 1) & 1  # the buffer not on the line (the interrupt only ever frees that one)
+    n = encode_into(b, n, _B[i], 0) + 1
+    _B[i][n - 1] = 0
+    s = machine.disable_irq()
+    if _S[0] < 0:  # the line is free: go now
+        _R[_COUNT] = n
+        _R[_GO] = _A[i]
+        _S[0] = i
+    else:  # after the frame on the line (_done)
+        _S[2] = n
+        _S[1] = i
+    machine.enable_irq(s)
+    return r
