@@ -19,7 +19,9 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
 2. Serial goodput of the real bridge (host/bridge, in this process, unchanged, pipelined burst
    POLLs) polling UART0 at 115,200 and 921,600 baud: event payload bytes (64-byte events, as
    bench/goodput_bench.py) stored per second of the board's clock against the line rate (baud / 10);
-   the sensor offers 1.2x what the line carries (a backlog the ring holds), and 2x (overload). Beside it the
+   the sensor offers 1.2x what the line carries (a backlog the ring holds), and 2x (overload); at
+   921,600 baud twice, the frames sent by UART.write ("serial": {"dma": false}) and by DMA (lwdma,
+   rp2's default: the _dma keys). Beside it the
    board's CPU cycles per stored event (all of the agent: asyncio
    loop, sensors, answers, UART driver), so where the line is not reached the CPU ceiling shows.
 3. Heap with auth on (a random key; a signed client): free after boot (the agent's "ready" line),

@@ -17,7 +17,12 @@
 # size of the link's COBS buffer.
 #
 # The UART is then the agent's alone: a UART.write from elsewhere while a frame goes would
-# interleave with it in the FIFO. attach() refuses the UART the console is on (os.dupterm).
+# interleave with it in the FIFO. attach() refuses when the console is on a UART (os.dupterm).
+#
+# Names: every name a board loads is a qstr kept for good (past 300 of them the interpreter adds a
+# pool: tests/firmware/test_qstr_budget.py; an rp2 board pushing with DMA was at 300), so the
+# functions, globals and arguments here are names the rp2 image has anyway (done, wait, idle,
+# event, channel, registers, buf, state): this module adds only its file's.
 import time
 
 import machine
@@ -31,80 +36,82 @@ from leadwire.framing import encode_into
 _COUNT = const(14)  # the channel's registers (words): AL3_TRANS_COUNT
 _GO = const(15)  # AL3_READ_ADDR_TRIG: the read address, which starts the channel
 _WAIT = const(5000)  # ms: a 2,078-byte frame takes 2.2 s at 9,600 baud
+_A = const(3)  # state[_A + i]: buffer i's address
 
-_D = None  # the rp2.DMA channel (kept: its finaliser frees the channel)
-_R = memoryview(b"")  # its registers
-_B: list = [None, None]  # the two frame buffers: the link's COBS buffer and its twin
-_A = [0, 0]  # their addresses
-_S = [-1, -1, 0]  # the buffer on the line (-1: none), the one waiting (-1: none), its length
+channel = None  # the rp2.DMA channel (kept: its finaliser frees the channel)
+registers = memoryview(b"")  # its registers
+buf: list = [None, None]  # the two frame buffers: the link's COBS buffer and its twin
+# the buffer on the line (-1: none), the one waiting (-1: none), its length, the two addresses
+state = [-1, -1, 0, 0, 0]
 
 
-def attach(uart, u):
-    """UART u (0 or 1) sends by DMA from now on: send() is the serial link's transmit; None when
-    the port has no rp2.DMA or the console is on this UART (it would interleave)."""
-    global _D, _R
+def attach(n):
+    """UART n (0 or 1) sends by DMA from now on: send() is the serial link's transmit; None when
+    the port has no rp2.DMA or the console is on a UART (it would interleave). OSError: no free
+    channel."""
+    global channel, registers
     import os
 
     p = os.dupterm(None)
     os.dupterm(p)
-    if p is uart or not hasattr(rp2, "DMA"):
+    if isinstance(p, machine.UART) or not hasattr(rp2, "DMA"):
         return None
     d = rp2.DMA()
     # bytes from the buffer (incrementing) to the UART's DR (fixed), one per DREQ, and an
     # interrupt at the end (pack_ctrl's default is quiet)
     d.config(
-        write=0x40034000 + 0x4000 * u,
-        ctrl=d.pack_ctrl(size=0, inc_write=False, treq_sel=20 + 2 * u, irq_quiet=0),
+        write=0x40034000 + 0x4000 * n,
+        ctrl=d.pack_ctrl(size=0, inc_write=False, treq_sel=20 + 2 * n, irq_quiet=0),
     )
-    d.irq(_done, True)
-    _D = d
-    _R = d.registers  # type: ignore[attr-defined]  # (not in the stubs)
+    d.irq(done, True)
+    channel = d
+    registers = d.registers  # type: ignore[attr-defined]  # (not in the stubs)
     return send
 
 
 @micropython.asm_thumb
-def _wfe():
+def idle():
     # WFE: sleep until an event, unless one came since the last WFE (then return at once)
     data(2, 0xBF20)  # type: ignore[name-defined]  # noqa: F821
 
 
 @micropython.asm_thumb
-def _sev():
+def event():
     # SEV: an event (pico-sdk's own waits pair their WFE with a SEV in the interrupt the same way)
     data(2, 0xBF40)  # type: ignore[name-defined]  # noqa: F821
 
 
-def _done(d):
+def done(d):
     # the channel has put its frame's last byte in the FIFO (hard IRQ): the waiting one goes on;
-    # the event ends _ready's WFE, even one entered just after this ran
-    S = _S
-    i = S[1]
+    # the event ends wait()'s WFE, even one entered just after this ran
+    s = state
+    i = s[1]
     if i >= 0:
-        _R[_COUNT] = S[2]
-        _R[_GO] = _A[i]
-        S[1] = -1
-    S[0] = i
-    _sev()
+        registers[_COUNT] = s[2]
+        registers[_GO] = s[_A + i]
+        s[1] = -1
+    s[0] = i
+    event()
 
 
-def _ready(cb):
+def wait(cb):
     # send()'s slow path: the first frame (the twin buffer is made), or both buffers taken: sleep
     # until the line takes the waiting one (the channel's interrupt sends an event: WFE returns).
     # Returns the frames dropped (1 after a line that did not move for _WAIT ms).
-    if _B[0] is not cb:
-        _B[0] = cb
-        _B[1] = bytearray(len(cb))
-        _A[0] = addressof(cb)
-        _A[1] = addressof(_B[1])
+    if buf[0] is not cb:
+        buf[0] = cb
+        buf[1] = bytearray(len(cb))
+        state[_A] = addressof(cb)
+        state[_A + 1] = addressof(buf[1])
     t = time.ticks_ms()
-    while _S[1] >= 0:
+    while state[1] >= 0:
         if time.ticks_diff(time.ticks_ms(), t) > _WAIT:
             s = machine.disable_irq()  # (an abort may raise the completion interrupt)
-            _D.active(0)  # type: ignore[union-attr]
-            _S[0] = _S[1] = -1
+            channel.active(0)  # type: ignore[union-attr]
+            state[0] = state[1] = -1
             machine.enable_irq(s)
             return 1
-        _wfe()
+        idle()
     return 0
 
 
@@ -114,18 +121,18 @@ def send(cb, b, n):
     # (few locals: a bytecode frame over 11 words comes from the GC heap at every call, ~20k
     # cycles on a Pico's heap, unless the heap is locked)
     r = 0
-    if _S[1] >= 0 or _B[0] is not cb:
-        r = _ready(cb)
-    i = (_S[0] + 1) & 1  # the buffer not on the line (the interrupt only ever frees that one)
-    n = encode_into(b, n, _B[i], 0) + 1
-    _B[i][n - 1] = 0
+    if state[1] >= 0 or buf[0] is not cb:
+        r = wait(cb)
+    i = (state[0] + 1) & 1  # the buffer not on the line (the interrupt only ever frees that one)
+    n = encode_into(b, n, buf[i], 0) + 1
+    buf[i][n - 1] = 0
     s = machine.disable_irq()
-    if _S[0] < 0:  # the line is free: go now
-        _R[_COUNT] = n
-        _R[_GO] = _A[i]
-        _S[0] = i
-    else:  # after the frame on the line (_done)
-        _S[2] = n
-        _S[1] = i
+    if state[0] < 0:  # the line is free: go now
+        registers[_COUNT] = n
+        registers[_GO] = state[_A + i]
+        state[0] = i
+    else:  # after the frame on the line (done)
+        state[2] = n
+        state[1] = i
     machine.enable_irq(s)
     return r

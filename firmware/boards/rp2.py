@@ -19,28 +19,26 @@ def serial(c):
     global dma
     u = c.get("uart", 0)
     tx, rx = (4, 5) if u == 1 else (0, 1)
-    d = c.get("dma", True)  # frames sent by DMA (lwdma): the driver's TX ring is then unused
-    io = machine.UART(
+    dma = None
+    if c.get("dma", True):  # frames sent by DMA (lwdma): the driver's TX ring is then unused
+        try:
+            import lwdma
+
+            dma = lwdma.attach(u)  # None: no rp2.DMA, or the console is on a UART
+        except Exception as e:  # no lwdma on the board; no free channel (OSError)
+            print("serial: DMA: %r" % e)
+        if dma is None:
+            print("serial: sent by UART.write (no DMA)")
+    return machine.UART(
         u,
         baudrate=c.get("baud", 115200),
         tx=machine.Pin(c.get("tx", tx)),
         rx=machine.Pin(c.get("rx", rx)),
         rxbuf=1024,
-        txbuf=32 if d else 1024,  # default 256: a frame of up to 1 KB goes into the ring at once
+        txbuf=32 if dma else 1024,  # default 256: a frame of up to 1 KB goes into the ring at once
         timeout=0,  # reads: the agent polls first; writes wait per char and may still come back
         # short when the ring is full (lwagent._send loops until the whole frame is taken)
     )
-    dma = None
-    if d:
-        try:
-            import lwdma
-
-            dma = lwdma.attach(io, u)  # None: no rp2.DMA, or the console is on this UART
-        except Exception as e:  # no lwdma on the board; no free channel (OSError)
-            print("serial: DMA: %r" % e)
-        if dma is None:
-            print("serial: sent by UART.write (no DMA)")
-    return io
 
 
 def network(c):

