@@ -36,12 +36,16 @@ from leadwire.framing import encode_into
 _COUNT = const(14)  # the channel's registers (words): AL3_TRANS_COUNT
 _GO = const(15)  # AL3_READ_ADDR_TRIG: the read address, which starts the channel
 _WAIT = const(5000)  # ms: a 2,078-byte frame takes 2.2 s at 9,600 baud
-_A = const(3)  # state[_A + i]: buffer i's address
+# state: the buffer on the line (-1: none), the one waiting (-1: none), its length, the buffers'
+# addresses (state[_A + i])
+_ON = const(0)
+_NEXT_BUF = const(1)
+_NEXT_LEN = const(2)
+_A = const(3)
 
 channel = None  # the rp2.DMA channel (kept: its finaliser frees the channel)
 registers = memoryview(b"")  # its registers
 buf: list = [None, None]  # the two frame buffers: the link's COBS buffer and its twin
-# the buffer on the line (-1: none), the one waiting (-1: none), its length, the two addresses
 state = [-1, -1, 0, 0, 0]
 
 
@@ -84,13 +88,12 @@ def event():
 def done(d):
     # the channel has put its frame's last byte in the FIFO (hard IRQ): the waiting one goes on;
     # the event ends wait()'s WFE, even one entered just after this ran
-    s = state
-    i = s[1]
+    i = state[_NEXT_BUF]
     if i >= 0:
-        registers[_COUNT] = s[2]
-        registers[_GO] = s[_A + i]
-        s[1] = -1
-    s[0] = i
+        registers[_COUNT] = state[_NEXT_LEN]
+        registers[_GO] = state[_A + i]
+        state[_NEXT_BUF] = -1
+    state[_ON] = i
     event()
 
 
@@ -104,11 +107,11 @@ def wait(cb):
         state[_A] = addressof(cb)
         state[_A + 1] = addressof(buf[1])
     t = time.ticks_ms()
-    while state[1] >= 0:
+    while state[_NEXT_BUF] >= 0:
         if time.ticks_diff(time.ticks_ms(), t) > _WAIT:
             s = machine.disable_irq()  # (an abort may raise the completion interrupt)
             channel.active(0)  # type: ignore[union-attr]
-            state[0] = state[1] = -1
+            state[_ON] = state[_NEXT_BUF] = -1
             machine.enable_irq(s)
             return 1
         idle()
@@ -121,18 +124,18 @@ def send(cb, b, n):
     # (few locals: a bytecode frame over 11 words comes from the GC heap at every call, ~20k
     # cycles on a Pico's heap, unless the heap is locked)
     r = 0
-    if state[1] >= 0 or buf[0] is not cb:
+    if state[_NEXT_BUF] >= 0 or buf[0] is not cb:
         r = wait(cb)
-    i = (state[0] + 1) & 1  # the buffer not on the line (the interrupt only ever frees that one)
+    i = (state[_ON] + 1) & 1  # the buffer not on the line (the interrupt only ever frees that one)
     n = encode_into(b, n, buf[i], 0) + 1
     buf[i][n - 1] = 0
     s = machine.disable_irq()
-    if state[0] < 0:  # the line is free: go now
+    if state[_ON] < 0:  # the line is free: go now
         registers[_COUNT] = n
         registers[_GO] = state[_A + i]
-        state[0] = i
+        state[_ON] = i
     else:  # after the frame on the line (done)
-        state[2] = n
-        state[1] = i
+        state[_NEXT_LEN] = n
+        state[_NEXT_BUF] = i
     machine.enable_irq(s)
     return r

@@ -36,6 +36,7 @@ def serial(c):
         rx=machine.Pin(c.get("rx", rx)),
         rxbuf=1024,
         txbuf=32 if dma else 1024,  # default 256: a frame of up to 1 KB goes into the ring at once
+        # (by DMA it is unused: the least, 32)
         timeout=0,  # reads: the agent polls first; writes wait per char and may still come back
         # short when the ring is full (lwagent._send loops until the whole frame is taken)
     )
