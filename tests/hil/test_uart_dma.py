@@ -18,9 +18,13 @@ from typing import Any
 
 import pytest
 
-from leadwire import framing
+from leadwire import framing, messages
 from leadwire.tools.board import PICO_DIR, PicoBoard
 from leadwire.tools.picohil import RawRepl
+from leadwire.u32 import add
+
+from .test_burst import burst, records
+from .test_hil import Open, first_range
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -265,3 +269,39 @@ def test_lwdma_frames_arrive_whole_and_allocate_nothing(pico_board: PicoBoard) -
     assert lines["LWDMA"].split()[0] == "0", out
     assert lines["DONE"].startswith("[-1, -1,"), out  # nothing on the line, nothing waiting
     assert int(lines["SEND"]) < 20_000, out
+
+
+@pytest.mark.micropython
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("dma", [True, False])
+def test_the_agent_sends_bursts_by_dma_and_by_uart_write(open_dut: Open, dma: bool) -> None:
+    """The agent over UART0 with "serial": {"dma": true} (rp2's default) and false: a burst of 6 frames
+    of 1 KB (frames queue behind each other at 115,200 baud: the DMA's second buffer, then its wait)
+    carries exactly the next offsets, every frame whole; lwdma sent them, or UART.write."""
+    d = open_dut(
+        "pico",
+        ring=256,
+        slot=32,
+        sensors=[{"ch": 1, "hz": 50, "size": 32}],
+        health={"ms": 0},
+        serial={"frame": 1024, "dma": dma},
+    )
+    assert isinstance(d.board, PicoBoard)
+    d.sleep(4.0)  # ~200 events of 35 B: 6 frames of 1 KB
+    n0, _ = first_range(d.client, 3 * d.slow)
+    frames = burst(d.client, add(n0, -1), 255, 6, 6 * d.slow, 1.0 * d.slow)
+    assert [f.index for f in frames] == list(range(6)) and d.client.errors == []
+    offsets: list[int] = []
+    for f in frames:
+        _, recs = records(f)
+        assert f.seq == add(n0, len(offsets)) and len(f.payload) > 900
+        offsets += [add(f.seq, i) for i in range(len(recs))]
+    samples = [messages.decode_sample(data)[0] for f in frames for _, data in records(f)[1]]
+    assert samples == [(samples[0] + i) & 0xFFFF for i in range(len(samples))]
+    repl = RawRepl(d.board.repl or "")  # which way they went (the agent stops: restarted after)
+    try:
+        repl.enter()
+        assert repl.run("import lwagent\nprint(lwagent._dma is not None)").strip() == str(dma)
+    finally:
+        repl.close()
+        d.board.restart()
