@@ -473,8 +473,10 @@ def test_heap_within_budget_under_load(open_dut: Open, transport: str) -> None:
     for h in polled + pushed:
         assert h["dropped"] == 0 and h["bad_frames"] == 0
     # heap_free is measured after a collection (what is live); heap_min is the lowest free seen
-    # between collections (garbage included: UDP receives allocate)
-    assert min(h["heap_free"] for h in polled[1:]) >= 0.39 * heap, polled
+    # between collections (garbage included: UDP receives allocate). The floor leaves the agent
+    # with the native receive scan and the core responder ~24.9 KB free here (measured 25,216 B
+    # at the least over the serial link on the unix port)
+    assert min(h["heap_free"] for h in polled[1:]) >= 0.38 * heap, polled
     # two push sessions: the frames + reports modules (~4.7 KB), and per session a 1 KB body and
     # up to two copies of a report in flight
     assert min(h["heap_free"] for h in pushed[2:]) >= 0.20 * heap, pushed
