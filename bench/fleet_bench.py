@@ -95,49 +95,53 @@ def stage_ids(spark: Any) -> set[int]:
 def task_metrics(spark: Any, before: set[int]) -> list[dict[str, Any]]:
     """Per Spark stage run since `before` (stage_ids), its tasks' rows read (input records plus
     shuffle records read) and run seconds (executorRunTime), from Spark's status store: the task
-    metrics the UI and its REST API show, kept with the UI off too. Skipped stages (no tasks) and
-    retried attempts are left out."""
+    metrics the UI and its REST API show, kept with the UI off too, in the order of the tasks'
+    partition index. Skipped stages (no tasks) and retried attempts are left out."""
     sc = spark.sparkContext
     store = sc._jsc.sc().statusStore()
     out = []
     for sid in sorted(stage_ids(spark) - before):
         tasks = store.taskList(sid, 0, 1 << 20)
-        shuffled, scanned, secs = [], [], []
+        got = []
         for i in range(tasks.size()):
-            m = tasks.apply(i).taskMetrics()
+            t = tasks.apply(i)
+            m = t.taskMetrics()
             if m.isDefined():
                 m = m.get()
-                shuffled.append(m.shuffleReadMetrics().recordsRead())
-                scanned.append(m.inputMetrics().recordsRead())
-                secs.append(m.executorRunTime() / 1000)
-        if secs:
-            out.append({"stage": sid, "shuffled": shuffled, "scanned": scanned, "seconds": secs})
+                got.append((t.index(), m.shuffleReadMetrics().recordsRead(), m.executorRunTime() / 1000))
+        if got:
+            got.sort()
+            out.append({"stage": sid, "shuffled": [g[1] for g in got], "seconds": [g[2] for g in got]})
     return out
 
 
-def task_balance(stages: list[dict[str, Any]], arrivals: int) -> dict[str, Any]:
-    """The per-arrival stages: those whose tasks read at least half the arrival rows from a shuffle
-    (the exchanges of the arrivals the lead-domain passes read; the scans' tasks follow the files'
-    splits, not the devices), with more than one task: per stage the largest task against the
-    median task, in shuffled rows read and in run seconds; `largest_task_ratio` (rows) and
-    `largest_task_ratio_s`: the worst of those stages."""
+def task_balance(stages: list[dict[str, Any]], arrivals: int, partitions: int) -> dict[str, Any]:
+    """The per-arrival tasks: in each stage, the tasks of one exchange of the arrivals (a block of
+    `partitions` consecutive partition indexes: a stage that computes a union of parts runs each
+    part's partitions one block after the other) that read at least half the arrival rows from
+    the shuffle (the scans' tasks follow the files' splits, not the devices): per such block the
+    largest task against the median task, in shuffled rows read and in run seconds;
+    `largest_task_ratio` (rows) and `largest_task_ratio_s`: the worst of them."""
     import statistics
 
     heavy = []
     for st in stages:
-        rows = st["shuffled"]
-        if len(rows) > 1 and sum(rows) >= arrivals / 2:
-            med_r, med_s = statistics.median(rows), statistics.median(st["seconds"])
+        for first in range(0, len(st["shuffled"]), partitions):
+            rows = st["shuffled"][first : first + partitions]
+            secs = st["seconds"][first : first + partitions]
+            if len(rows) < 2 or sum(rows) < arrivals / 2:
+                continue
+            med_r, med_s = statistics.median(rows), statistics.median(secs)
             heavy.append(
                 {
                     "stage": st["stage"],
-                    "tasks": len(rows),
+                    "tasks": "%d-%d of %d" % (first, first + len(rows) - 1, len(st["shuffled"])),
                     "rows_max": max(rows),
                     "rows_median": med_r,
                     "rows_ratio": round(max(rows) / med_r, 2) if med_r else None,
-                    "seconds_max": round(max(st["seconds"]), 2),
+                    "seconds_max": round(max(secs), 2),
                     "seconds_median": round(med_s, 2),
-                    "seconds_ratio": round(max(st["seconds"]) / med_s, 2) if med_s else None,
+                    "seconds_ratio": round(max(secs) / med_s, 2) if med_s else None,
                 }
             )
     worst = [h["rows_ratio"] for h in heavy if h["rows_ratio"] is not None]
@@ -231,6 +235,7 @@ def run_spark(export: str, result: str, spark: Any) -> tuple[dict[str, Any], dic
     pid = jvm_pid(spark)
     reset_peak(pid)
     before = stage_ids(spark)
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     t, c, j = time.monotonic(), cpu_seconds(spark), jvm_cpu_seconds(spark)
     prog = Progress()
     summary = run_job(export, result, spark, report=False, progress=prog)
@@ -238,7 +243,7 @@ def run_spark(export: str, result: str, spark: Any) -> tuple[dict[str, Any], dic
     r["jvm_cpu"] = jvm_cpu_seconds(spark) - j
     r["spark_load"], r["jvm_peak_mb"] = os.getloadavg()[0], peak_rss_mb(pid)
     r["stage_seconds"] = {k: round(v, 2) for k, v in prog.timings.items()}
-    r.update(task_balance(task_metrics(spark, before), summary["rows"]))
+    r.update(task_balance(task_metrics(spark, before), summary["rows"], partitions))
     print(
         "[bench] spark job %.1fs, %.1f CPU s (JVM %.1f; load average %.1f); %s; largest task / median: "
         "%s rows, %s s"

@@ -62,14 +62,11 @@ from leadwire.fleet.stages import (
 )
 
 STATE_DIR = "_state"
-# the dated tables a run merges into: the two outputs, and the rollout units' arrival times
-# (OUT/_state/rollout_times/date=...)
+# the dated tables a run writes by day: the channel windows (merged into the days written), the
+# recoveries (of whole losses days: they replace theirs), and the rollout units' arrival times
+# (OUT/_state/rollout_times/date=..., merged)
 MERGED = ("channel_windows", "recoveries", "_rollout_times")
-_MERGED_COLS = {
-    "channel_windows": T.CHANNEL_WINDOW_COLS,
-    "recoveries": T.RECOVERY_COLS,
-    "_rollout_times": R.TIME_COLS,
-}
+_MERGED_COLS = {"channel_windows": T.CHANNEL_WINDOW_COLS, "_rollout_times": R.TIME_COLS}
 
 
 def _dated_path(out: str, name: str) -> str:
