@@ -36,12 +36,12 @@ average is printed next to each time: on a shared machine the absolute times mov
 ratio less. Time per million rows is printed for the linearity check (10M vs 30M). CPU seconds
 (Spark: the local-mode JVM, driver and executors, plus this Python process; DuckDB: this process)
 are printed too, and the JVM's alone (/proc/PID/stat): they move less with other load than wall
-time. Per size the stages whose tasks read at least half the arrival rows from a shuffle (the
-per-arrival work) are listed with their largest task against the median task, in shuffled rows
-read and in run seconds, from Spark's status store (the task metrics its UI shows). Memory per
-size: the generator's peak RSS, the JVM's peak RSS during the job, this process's (DuckDB, the
-checks) and the machine's lowest MemAvailable. The export and Spark output of a size are deleted
-before the next.
+time. Per size the stages of one exchange's tasks that read at least half the arrival rows from
+the shuffle (the per-arrival work) are listed with their largest task against the median task,
+in shuffled rows read and in run seconds, from Spark's status store (the task metrics its UI
+shows). Memory per size: the generator's peak RSS, the JVM's peak RSS during the job, this
+process's (DuckDB, the checks) and the machine's lowest MemAvailable. The export and Spark output
+of a size are deleted before the next.
 """
 
 from __future__ import annotations
@@ -116,34 +116,32 @@ def task_metrics(spark: Any, before: set[int]) -> list[dict[str, Any]]:
 
 
 def task_balance(stages: list[dict[str, Any]], arrivals: int, partitions: int) -> dict[str, Any]:
-    """The per-arrival tasks: in each stage, the tasks of one exchange of the arrivals (a block of
-    `partitions` consecutive partition indexes: a stage that computes a union of parts runs each
-    part's partitions one block after the other) that read at least half the arrival rows from
-    the shuffle (the scans' tasks follow the files' splits, not the devices): per such block the
-    largest task against the median task, in shuffled rows read and in run seconds;
-    `largest_task_ratio` (rows) and `largest_task_ratio_s`: the worst of them."""
+    """The per-arrival stages: those of `partitions` tasks (one exchange's reducers; a stage that
+    computes a union of parts has more, and there which part's task read a shared exchange first
+    depends on timing) that read at least half the arrival rows from the shuffle (the scans'
+    tasks follow the files' splits, not the devices): per stage the largest task against the
+    median task, in shuffled rows read and in run seconds; `largest_task_ratio` (rows) and
+    `largest_task_ratio_s`: the worst of them."""
     import statistics
 
     heavy = []
     for st in stages:
-        for first in range(0, len(st["shuffled"]), partitions):
-            rows = st["shuffled"][first : first + partitions]
-            secs = st["seconds"][first : first + partitions]
-            if len(rows) < 2 or sum(rows) < arrivals / 2:
-                continue
-            med_r, med_s = statistics.median(rows), statistics.median(secs)
-            heavy.append(
-                {
-                    "stage": st["stage"],
-                    "tasks": "%d-%d of %d" % (first, first + len(rows) - 1, len(st["shuffled"])),
-                    "rows_max": max(rows),
-                    "rows_median": med_r,
-                    "rows_ratio": round(max(rows) / med_r, 2) if med_r else None,
-                    "seconds_max": round(max(secs), 2),
-                    "seconds_median": round(med_s, 2),
-                    "seconds_ratio": round(max(secs) / med_s, 2) if med_s else None,
-                }
-            )
+        rows, secs = st["shuffled"], st["seconds"]
+        if len(rows) != partitions or len(rows) < 2 or sum(rows) < arrivals / 2:
+            continue
+        med_r, med_s = statistics.median(rows), statistics.median(secs)
+        heavy.append(
+            {
+                "stage": st["stage"],
+                "tasks": len(rows),
+                "rows_max": max(rows),
+                "rows_median": med_r,
+                "rows_ratio": round(max(rows) / med_r, 2) if med_r else None,
+                "seconds_max": round(max(secs), 2),
+                "seconds_median": round(med_s, 2),
+                "seconds_ratio": round(max(secs) / med_s, 2) if med_s else None,
+            }
+        )
     worst = [h["rows_ratio"] for h in heavy if h["rows_ratio"] is not None]
     worst_s = [h["seconds_ratio"] for h in heavy if h["seconds_ratio"] is not None]
     return {
