@@ -205,4 +205,4 @@ def test_incremental_days_with_a_hot_device_shuffle_by_device_and_bucket_and_equ
     assert compare_tables(got, want, TABLE_ORDER) == []
     hot = want["channel_windows"][want["channel_windows"]["device_id"] == HOT]
     assert hot["messages"].sum() >= 0.49 * len(tables["arrivals"])
-    assert hot["duplicates"].sum() > 0 and hot["late"].sum() > 0  # across the runs too
+    assert hot["duplicates"].sum() > 0 and hot["late"].sum() > 0  # the carried values were exercised
