@@ -66,7 +66,7 @@ from leadwire.bridge.daemon import Bridge
 from leadwire.bridge.store import SEG_EVENT, Batch, Store, drain
 from leadwire.bridge.store_baseline import PlainEvents, Schema1
 from leadwire.bridge.writer import StoreProcess
-from leadwire.tools import fleet_shards
+from leadwire.tools import fleet_shards, loopprobe
 from leadwire.tools.fleetsim import Fleet
 from leadwire.tools.lwbench import before_tree
 from leadwire.tools.procstat import cpu_seconds
@@ -800,6 +800,11 @@ def fleet_phase(tmp: Path, args: SimpleNamespace, writers: list[str], res: dict[
                     r["rate"] = rate
                     runs.append(r)
                     print(fleet_line(r), flush=True)
+                    for j, sp in enumerate(r.get("shard_probes", ())):
+                        print(probe_line(j, sp), flush=True)
+                    if "sim_runq_wait_ms_per_s" in r:
+                        print("    simulators: run-queue wait %.0f ms/s per process"
+                              % r["sim_runq_wait_ms_per_s"], flush=True)  # fmt: skip
     res["fleet"] = runs
     fleet_summary(runs, args)
 
@@ -820,6 +825,14 @@ def fleet_line(r: dict[str, Any]) -> str:
            r["writer_cpu_us_per_event"], r["bridge_cpu_percent"], r["writer_cpu_percent"],
            r["sim_cpu_percent"], r["load"])
     )  # fmt: skip
+
+
+def probe_line(i: int, sp: dict[str, Any]) -> str:
+    """Where shard i's poll timers lost time (tools/loopprobe.py): the POLLs' lateness past their due
+    time (apart: those whose previous answer itself came after it), then the loop's own figures."""
+    return ("    shard %d: POLL sent late p50/p99/p99.9/max %.1f/%.1f/%.1f/%.0f ms (%d after a late answer,"
+            " max %.0f ms); %s" % (i, *sp["send_late_ms"], sp["late_answers"], sp["late_answer_ms"][3],
+                                   loopprobe.describe(sp["probe"])))  # fmt: skip
 
 
 def criteria_met(r: dict[str, Any]) -> bool:

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,8 @@ def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: st
         payload: int = 64, timeout: float = 0.5) -> dict[str, Any]:  # fmt: skip
     """One fleet run: `devices` simulated devices (`rate` events/s each) polled at `hz` by `shards`
     bridge processes; the shards' figures added up, the simulators' CPU over the same window."""
+    from leadwire.tools.loopprobe import process_schedstat  # the parent's: this tree's
+
     procs = sim_procs or max(1, min(2, devices // 4000))
     tmp = Path(tempfile.mkdtemp(dir=tmp))  # fresh stores: a run never resumes another's
     with Fleet(devices, rate, procs=procs, capacity=1024, payload=payload, auth=auth) as fleet:
@@ -76,9 +79,10 @@ def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: st
                 w.stdin.write("go\n")
                 w.stdin.flush()
             time.sleep(warmup)
-            sim0 = fleet.cpu_seconds()
+            pids = [p.pid for p in fleet.procs]
+            sim0, sched0 = fleet.cpu_seconds(), process_schedstat(pids)
             time.sleep(seconds)
-            sim = fleet.cpu_seconds() - sim0
+            sim, sched1 = fleet.cpu_seconds() - sim0, process_schedstat(pids)
             outs: list[dict[str, Any]] = []
             for w in workers:
                 w.communicate(timeout=seconds + 300)
@@ -93,7 +97,9 @@ def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: st
                 if w.poll() is None:
                     w.kill()
                     w.wait()
-    return combine(outs, sim, devices, hz, shards, writer, code, seconds)
+    out = combine(outs, sim, devices, hz, shards, writer, code, seconds)
+    out["sim_runq_wait_ms_per_s"] = 1e3 * (sched1[1] - sched0[1]) / seconds / max(1, len(pids))
+    return out
 
 
 def combine(outs: list[dict[str, Any]], sim: float, devices: int, hz: float, shards: int, writer: str,
@@ -133,7 +139,9 @@ def combine(outs: list[dict[str, Any]], sim: float, devices: int, hz: float, sha
         "bridge_cpu_us_per_event": 1e6 * tot["cpu"] / ev,
         "writer_cpu_us_per_event": 1e6 * tot["wcpu"] / ev,
         "round_trips_per_bridge_cpu_s": tot["rt"] / max(1e-9, tot["cpu"]),
-    }
+        "shard_probes": [{k: o[k] for k in ("probe", "send_late_ms", "late_answers", "late_answer_ms")}
+                         for o in outs if "probe" in o],
+    }  # fmt: skip
 
 
 # -- one shard (its own process) ---------------------------------------------------------------------
@@ -208,6 +216,11 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     from leadwire.bridge.writer import StoreProcess
     from leadwire.tools.procstat import cpu_seconds
 
+    try:
+        from leadwire.tools.loopprobe import LoopProbe, quantiles
+    except ImportError:  # --before code older than the probe: this tree's, beside this script
+        from loopprobe import LoopProbe, quantiles  # type: ignore[no-redef]
+
     i, k = spec["shard"]
     doc = {
         "bridge": {"id": "bench-%d" % i, "metrics": "", "shard": "%d/%d" % (i, k)},
@@ -221,11 +234,14 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     await b.start()
     sends: dict[Any, list[float]] = {}
     send = b.sched._send
+    lateness = array("d")  # per POLL: how long after its due time it went out (s)
+    late_answer = array("d")  # the same, for POLLs whose previous answer came after the due time
 
     def timed_send(r: Any, now: float) -> None:
         send(r, now)
         if r.client.outstanding != REQ_POLL:
             return  # a HELLO (every polling.hello_interval, the POLL right after it) is not a poll
+        (late_answer if r.last_rx > r.due else lateness).append(now - r.due)
         ts = sends.get(r)
         if ts is None:
             sends[r] = ts = []
@@ -238,6 +254,9 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     await loop.run_in_executor(None, sys.stdin.readline)
     await asyncio.sleep(spec["warmup"])
     wpid = b.store.proc.pid if isinstance(b.store, StoreProcess) else None
+    probe = LoopProbe()
+    probe.start()
+    del lateness[:], late_answer[:]
 
     def snap() -> tuple[float, ...]:
         cs = b.clients.values()
@@ -247,6 +266,7 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     s0 = snap()
     await asyncio.sleep(spec["seconds"])
     s1 = snap()
+    probe.stop()
     await b.stop()
     if b.failed is not None:
         raise RuntimeError("bridge shard %d failed: %r" % (i, b.failed))
@@ -257,7 +277,10 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     return {"cpu": d[0], "wcpu": d[1], "rt": d[2], "to": d[3], "events": d[4], "requests": requests,
             "devices": len(b.clients),
             "store": spec["store"],
-            "mean_ratios": means, "p99_ratios": p99s, "mean_off": mean_off, "p99_off": p99_off}  # fmt: skip
+            "mean_ratios": means, "p99_ratios": p99s, "mean_off": mean_off, "p99_off": p99_off,
+            "probe": probe.result(), "send_late_ms": [1e3 * q for q in quantiles(lateness)],
+            "late_answers": len(late_answer),
+            "late_answer_ms": [1e3 * q for q in quantiles(late_answer)]}  # fmt: skip
 
 
 # -- the CPU of a round trip's parts, without I/O (its own process: --rt-cost) -------------------------
