@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 from leadwire import codec, framing, messages, wire
 from leadwire.auth import TO_DEVICE, Endpoint
 
-from . import logs, preflight
+from . import heap, logs, preflight
 from .client import Delivery, DeviceClient
 from .config import BridgeConfig, DeviceConfig, parse_address
 from .lock import StoreLock
@@ -582,6 +582,7 @@ class Bridge:
         self.flush_now = asyncio.Event()
         self.stopped = asyncio.Event()
         self._stopping = False
+        self._settled = False  # heap.settle() called by start(), to be released by stop()
         self._lock: StoreLock | None = None
         self.monitor = ReachMonitor(self.log, cfg.poll.unreachable_rounds)
         self._tick: asyncio.TimerHandle | None = None
@@ -660,6 +661,8 @@ class Bridge:
         self.sched.start(list(self.runners.values()), cfg.poll.interval / max(1, len(self.runners)))
         self._reach_items = [(r.reach, r.client.dc, r) for r in self.runners.values()]
         self._tick = loop.call_later(TICK, self._look)
+        heap.settle()  # the devices are set up: what start built lives as long as the run
+        self._settled = True
 
     def _take_resources(self, devices: list[DeviceConfig]) -> dict[str, Any]:
         """Lock, metrics server, UDP socket, routes and serial ports; returns each device's
@@ -847,6 +850,9 @@ class Bridge:
             await asyncio.get_running_loop().run_in_executor(self._writer, self.forwarder.stop)
         self._writer.shutdown(wait=True)
         self._release_resources()
+        if self._settled:
+            self._settled = False
+            heap.release()
         failed = repr(self.failed) if self.failed else None
         logs.event(
             self.log,
