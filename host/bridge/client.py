@@ -227,6 +227,27 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
             self.lead.lead(self.device_id, EVENT_LEAD_CHANNEL, st.lead_last)  # seeds last_seq
         self.lead_last = st.lead_last
 
+    def reset(self) -> None:
+        """Start this device's client again from where it is, as a restarted bridge would from the
+        store: the core's client from the offset n, the epoch and the open recovery phase (a HELLO
+        first, no held frames, no request outstanding), request timing and push sessions new.
+        Counters and the outputs not yet drained stay: n is the last offset taken, so nothing is
+        stored twice, and what the device generated after n is polled again or, overwritten,
+        counted lost by the RECOVERY that says so (exact: the client knows n and the epoch)."""
+        pc = self.pc
+        st = ClientState(
+            pc.n, not pc.fresh, pc.epoch, self.boots, self.lead_last, self.arrival, self.loss_seq,
+            self.session, self.firmware, self.board, self.board_id, recovery=self.recovery,
+        )  # fmt: skip
+        booted, by_recovery = self._booted, self._boot_by_recovery
+        self._resume(st)
+        self._booted, self._boot_by_recovery = booted, by_recovery  # the boot's row as it stood
+        self.outstanding = 0
+        self.send_again = False
+        self._init_timing(self.cfg, self.poll_cfg)
+        self._end_sessions()
+        self.dirty = True
+
     @property
     def n(self) -> int:
         """The client offset n of spec 004."""

@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 from leadwire import codec, framing, messages, wire
 from leadwire.auth import TO_DEVICE, Endpoint
+from leadwire.client import PollStateError
 
 from . import heap, logs, preflight
 from .client import Delivery, DeviceClient
@@ -301,6 +302,7 @@ class DeviceRunner:
         self.last_rx = 0.0  # loop time of the last frame received (a burst in progress keeps its deadline)
         self.reach = Reach(client.device_id, cfg.transport, self.address, cfg.auth, client.dc)
         self.suspect = True  # no valid answer yet, or silent for a round: what arrives is inspected
+        self.faults = 0  # PollStateErrors caught (fault())
 
     def on_send_error(self, code: int) -> None:
         if self.reach.on_send_error(code):
@@ -326,7 +328,22 @@ class DeviceRunner:
         except wire.WireError as e:
             self.on_bad(e.code)
             return
+        except PollStateError as e:
+            self.fault(e, "answer")
+            if self.waiting:  # else its next request is scheduled already
+                self.bridge.sched.restart(self)
+            return
         self._after(c, before, done)
+
+    def fault(self, e: PollStateError, during: str) -> None:
+        """A bug in the device's poll client (an event its state does not allow): one line, counted,
+        the client reset to where it is (DeviceClient.reset: nothing stored twice, nothing silent).
+        The other devices and the run go on. The caller reschedules the device."""
+        c = self.client
+        self.faults += 1
+        logs.event(self.bridge.log, logging.ERROR, "client_fault", device=c.device_id, during=during,
+                   state=c.pc.state, error=str(e), n=c.n)  # fmt: skip
+        c.reset()
 
     def on_bad(self, code: int) -> None:
         self.client.on_bad_frame(code)
@@ -404,7 +421,12 @@ class Scheduler:
         r.gen += 1
         c = r.client
         if not ok:
-            c.on_transport_error()
+            try:
+                c.on_transport_error()
+            except PollStateError as e:
+                r.fault(e, "bad answer")
+                self.restart(r)
+                return
         elif c.pc.ahead is not None and not c.next_delay and not self.paused and not self.stopped:
             # a pipelined POLL: out now, not after the rest of this input burst (which holds the
             # rest of the answer it continues from); the device reads it once that is sent
@@ -438,6 +460,13 @@ class Scheduler:
             if self._timer is None or key < self._timer_at:
                 self._arm()
 
+    def restart(self, r: DeviceRunner) -> None:
+        """After a client fault (DeviceRunner.fault): nothing outstanding, the device's next request
+        (its HELLO) one poll interval from now, so a fault that repeats cannot make a request storm."""
+        r.waiting = False
+        r.gen += 1  # the outstanding request's deadline, if any, is void
+        self._schedule(r, self.loop.time() + r.client.poll_cfg.interval)
+
     def run_ready(self) -> None:
         """Send the requests of the devices due now (called after each burst of input)."""
         self._soon = False
@@ -458,7 +487,12 @@ class Scheduler:
 
     def _send(self, r: DeviceRunner, now: float) -> None:
         c = r.client
-        data = c.request_bytes(now)
+        try:
+            data = c.request_bytes(now)
+        except PollStateError as e:
+            r.fault(e, "request")
+            self.restart(r)
+            return
         r.waiting = True
         r.sent = now
         r.gen += 1
@@ -529,7 +563,12 @@ class Scheduler:
                     continue
                 r.waiting = False
                 r.gen += 1
-                r.client.on_transport_error()
+                try:
+                    r.client.on_transport_error()
+                except PollStateError as e:
+                    r.fault(e, "timeout")
+                    self._schedule_due(r, now + r.client.poll_cfg.interval, now)
+                    continue
                 self._schedule_due(r, r.sent + r.client.next_delay, now)
         due = self.due
         while due and due[0][0] <= now:

@@ -79,6 +79,14 @@ class BridgeCollector(Collector):
         yield iv
         yield rec
         yield from self._reach(list(b.runners.values()))
+        faults = CounterMetricFamily(
+            "leadwire_client_faults",
+            "poll client errors (PollStateError) caught, each followed by a reset of the device's client",
+            labels=["device"],
+        )
+        for r in b.runners.values():
+            faults.add_metric([r.client.device_id], r.faults)
+        yield faults
         yield CounterMetricFamily("leadwire_store_commits", "store transactions committed", value=b.commits)
         yield CounterMetricFamily("leadwire_store_arrivals", "arrival rows committed", value=b.rows_committed)
         yield GaugeMetricFamily("leadwire_devices", "devices polled by this bridge", value=len(clients))
