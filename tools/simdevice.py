@@ -26,6 +26,7 @@ of the bridge's own cost per event, for one ring server instead of two.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import random
@@ -681,6 +682,8 @@ def serve_fast(
                      **({"key": r.key.hex()} if r.key is not None else {"auth": False})})  # fmt: skip
     if ready is not None:
         ready(desc)
+    gc.collect()
+    gc.freeze()  # the rings and sockets live as long as the loop: no collection walks them again
     try:
         while stop is None or not stop():
             # one datagram per ready socket and wake-up: a device has one request out at a time, and
@@ -698,6 +701,7 @@ def serve_fast(
                     except OSError:
                         pass
     finally:
+        gc.unfreeze()
         ep.close()
         for s, _ in socks.values():
             s.close()
