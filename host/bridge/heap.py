@@ -1,15 +1,17 @@
 """The garbage collector while a bridge runs: its long-lived objects frozen, young collections rarer.
 
 A bridge's heap is mostly what :meth:`Bridge.start <leadwire.bridge.daemon.Bridge.start>` built
-and keeps for the whole run (per device a client, its runner, timers, counters, reach state: about
-40 tracked objects each, 200,000 for a 5,000-device shard), and none of its round trips leaves
-cyclic garbage. CPython's full collection still walks every tracked object, a pause of 100-140 ms
-of CPU for that shard (docs/design/bridge-fleet-cost.md, "The tail"), on the event loop's thread:
-every poll due during it goes out late. So once the devices are set up:
+and keeps for the whole run (per device a client, its runner, timers, counters, reach state), and
+none of its round trips leaves cyclic garbage. CPython's full collection still walks every tracked
+object: 131-150 ms of CPU for a 5,000-device shard (docs/design/bridge-fleet-cost.md, "The
+tail"), on the event loop's thread: every poll due during it goes out late. So once the devices
+are set up:
 
-* ``gc.freeze()`` moves everything alive into the permanent generation, which no collection
+* ``gc.freeze()`` moves every tracked object into the permanent generation, which no collection
   walks: a full collection then covers only what was allocated since (the clients' current
-  state, replaced as they go), a fifth of the pause;
+  state, replaced as they go), a quarter of the pause. No collection first: it would cost every
+  start a full one (25-40 ms in a test process, where many bridges start), and what
+  garbage there is then stays frozen until the stop;
 * the young generation's threshold goes from 700 to :data:`GEN0` allocations: a commit's worth of
   rows (alive from an answer to the next commit, then freed by reference counting) no longer
   triggers young collections that promote them to the older generations, whose collections they
@@ -32,12 +34,11 @@ _saved: tuple[int, ...] = ()
 
 
 def settle() -> None:
-    """Collect once, freeze what is alive, raise the young threshold (a bridge just started)."""
+    """Freeze what is tracked and raise the young threshold (a bridge just started)."""
     global _held, _saved
     if _held == 0:
         _saved = gc.get_threshold()
     _held += 1
-    gc.collect()
     gc.freeze()
     gc.set_threshold(max(GEN0, _saved[0]), *_saved[1:])
 
