@@ -829,9 +829,9 @@ def fleet_line(r: dict[str, Any]) -> str:
 
 def probe_line(i: int, sp: dict[str, Any]) -> str:
     """Where shard i's poll timers lost time (tools/loopprobe.py): the POLLs' lateness past their due
-    time (apart: those whose previous answer itself came after it), then the loop's own figures."""
-    return ("    shard %d: POLL sent late p50/p99/p99.9/max %.1f/%.1f/%.1f/%.0f ms (%d after a late answer,"
-            " max %.0f ms); %s" % (i, *sp["send_late_ms"], sp["late_answers"], sp["late_answer_ms"][3],
+    time (apart: those whose answer before was read only after it), then the loop's own figures."""
+    return ("    shard %d: POLL sent late p50/p99/p99.9/max %.1f/%.1f/%.1f/%.0f ms (%d after an answer read"
+            " late, max %.0f ms); %s" % (i, *sp["send_late_ms"], sp["late_answers"], sp["late_answer_ms"][3],
                                    loopprobe.describe(sp["probe"])))  # fmt: skip
 
 

@@ -235,7 +235,7 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     sends: dict[Any, list[float]] = {}
     send = b.sched._send
     lateness = array("d")  # per POLL: how long after its due time it went out (s)
-    late_answer = array("d")  # the same, for POLLs whose answer before came after their due time
+    late_answer = array("d")  # the same, for POLLs whose answer before was read after their due time
 
     kinds: dict[Any, int] = {}  # per runner: the request sent last
 
