@@ -830,9 +830,14 @@ def fleet_line(r: dict[str, Any]) -> str:
 def probe_line(i: int, sp: dict[str, Any]) -> str:
     """Where shard i's poll timers lost time (tools/loopprobe.py): the POLLs' lateness past their due
     time (apart: those whose answer before was read only after it), then the loop's own figures."""
+    arr = sp.get("arrivals")
+    arrivals = ("; answers in the kernel after the request p50/p99/p99.9/max %.1f/%.1f/%.1f/%.0f ms (the"
+                " simulator), read after that %.1f/%.1f/%.1f/%.0f ms (this loop)"
+                % (*arr["answer_ms"], *arr["read_ms"]) if arr else "")  # fmt: skip
     return ("    shard %d: POLL sent late p50/p99/p99.9/max %.1f/%.1f/%.1f/%.0f ms (%d after an answer read"
-            " late, max %.0f ms); %s" % (i, *sp["send_late_ms"], sp["late_answers"], sp["late_answer_ms"][3],
-                                   loopprobe.describe(sp["probe"])))  # fmt: skip
+            " late, max %.0f ms)%s; %s"
+            % (i, *sp["send_late_ms"], sp["late_answers"], sp["late_answer_ms"][3], arrivals,
+               loopprobe.describe(sp["probe"])))  # fmt: skip
 
 
 def criteria_met(r: dict[str, Any]) -> bool:

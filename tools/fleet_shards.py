@@ -139,8 +139,8 @@ def combine(outs: list[dict[str, Any]], sim: float, devices: int, hz: float, sha
         "bridge_cpu_us_per_event": 1e6 * tot["cpu"] / ev,
         "writer_cpu_us_per_event": 1e6 * tot["wcpu"] / ev,
         "round_trips_per_bridge_cpu_s": tot["rt"] / max(1e-9, tot["cpu"]),
-        "shard_probes": [{k: o[k] for k in ("probe", "send_late_ms", "late_answers", "late_answer_ms")}
-                         for o in outs if "probe" in o],
+        "shard_probes": [{k: o.get(k) for k in ("probe", "send_late_ms", "late_answers", "late_answer_ms",
+                                                 "arrivals")} for o in outs if "probe" in o],
     }  # fmt: skip
 
 
@@ -212,14 +212,14 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     from leadwire.bridge import logs
     from leadwire.bridge.client import REQ_POLL
     from leadwire.bridge.config import parse
-    from leadwire.bridge.daemon import Bridge
+    from leadwire.bridge.daemon import Bridge, DeviceRunner
     from leadwire.bridge.writer import StoreProcess
     from leadwire.tools.procstat import cpu_seconds
 
     try:
-        from leadwire.tools.loopprobe import LoopProbe, quantiles
+        from leadwire.tools.loopprobe import Arrivals, LoopProbe, quantiles
     except ImportError:  # --before code older than the probe: this tree's, beside this script
-        from loopprobe import LoopProbe, quantiles  # type: ignore[no-redef]
+        from loopprobe import Arrivals, LoopProbe, quantiles  # type: ignore[no-redef]
 
     i, k = spec["shard"]
     doc = {
@@ -238,8 +238,24 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     late_answer = array("d")  # the same, for POLLs whose answer before was read after their due time
 
     kinds: dict[Any, int] = {}  # per runner: the request sent last
+    sent_at: dict[Any, float] = {}  # per runner: wall-clock time its outstanding request went out
+    arrivals = Arrivals(b._udp.sock) if b._udp is not None else None
+    measuring = [False]
+    on_datagram = DeviceRunner.on_datagram
+
+    def stamped(r: Any, data: bytes) -> None:
+        t = arrivals.stamp() if arrivals is not None and measuring[0] else None
+        if t is not None:
+            assert arrivals is not None
+            if r.waiting and r in sent_at:
+                arrivals.answer.append(t - sent_at[r])
+            arrivals.read.append(time.time() - t)
+        on_datagram(r, data)
+
+    DeviceRunner.on_datagram = stamped  # type: ignore[method-assign]
 
     def timed_send(r: Any, now: float) -> None:
+        sent_at[r] = time.time()
         send(r, now)
         kind = kinds.get(r)
         kinds[r] = r.client.outstanding
@@ -261,6 +277,7 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     wpid = b.store.proc.pid if isinstance(b.store, StoreProcess) else None
     probe = LoopProbe()
     probe.start()
+    measuring[0] = True
     del lateness[:], late_answer[:]
 
     def snap() -> tuple[float, ...]:
@@ -272,6 +289,7 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     await asyncio.sleep(spec["seconds"])
     s1 = snap()
     probe.stop()
+    measuring[0] = False
     await b.stop()
     if b.failed is not None:
         raise RuntimeError("bridge shard %d failed: %r" % (i, b.failed))
@@ -285,7 +303,8 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
             "mean_ratios": means, "p99_ratios": p99s, "mean_off": mean_off, "p99_off": p99_off,
             "probe": probe.result(), "send_late_ms": [1e3 * q for q in quantiles(lateness)],
             "late_answers": len(late_answer),
-            "late_answer_ms": [1e3 * q for q in quantiles(late_answer)]}  # fmt: skip
+            "late_answer_ms": [1e3 * q for q in quantiles(late_answer)],
+            "arrivals": arrivals.result() if arrivals is not None and arrivals.ok else None}  # fmt: skip
 
 
 # -- the CPU of a round trip's parts, without I/O (its own process: --rt-cost) -------------------------
