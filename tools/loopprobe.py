@@ -5,8 +5,9 @@ they leave behind, so the probe records each:
 
 * **heartbeat lateness**: a callback due every ``period`` s on an absolute schedule; how late each
   one ran is the loop's lateness. For each stall longer than ``stall`` s the loop thread's own CPU
-  time over it says whether the loop was busy (CPU about the stall's length: a long callback, a
-  garbage collection) or not running (little CPU: the process waited for a core or for the GIL);
+  time and run-queue wait over it say whether the loop was busy (CPU about the stall's length: a
+  long callback, a garbage collection), waited for a core (run-queue wait about its length), or
+  neither (the GIL held by another thread, or a blocking system call);
 * **callbacks**: every ``asyncio.Handle`` run is timed in the loop thread's CPU time (count, total,
   longest per callback name: what the load of other processes does not inflate), and each one
   longer than ``stall`` s of wall time is kept with its start and its CPU time;
@@ -117,6 +118,11 @@ class LoopProbe:
         self._sched0 = schedstat(tid=self.tid)
         self._next = self.loop.time() + self.period
         self._cpu = time.thread_time()
+        try:
+            self._stat_fd: int | None = os.open("/proc/self/task/%d/schedstat" % self.tid, os.O_RDONLY)
+        except OSError:
+            self._stat_fd = None
+        self._wait = self._runq()
         self._beat = self.loop.call_at(self._next, self._tick)
 
     def stop(self) -> None:
@@ -127,6 +133,9 @@ class LoopProbe:
         self._sched1 = schedstat(tid=self.tid)
         if self._beat is not None:
             self._beat.cancel()
+        if self._stat_fd is not None:
+            os.close(self._stat_fd)
+            self._stat_fd = None
         asyncio.Handle._run = self._orig_run  # type: ignore[method-assign]
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
@@ -140,17 +149,26 @@ class LoopProbe:
             self.gc_cpu += cpu
             self.gcs.append((self._gc_start, info["generation"], time.perf_counter() - self._gc_start, cpu))
 
+    def _runq(self) -> float:
+        """The loop thread's run-queue wait so far (s), 0 without /proc."""
+        if self._stat_fd is None:
+            return 0.0
+        return int(os.pread(self._stat_fd, 96, 0).split()[1]) / 1e9
+
     def _tick(self) -> None:
         now = self.loop.time()
         cpu = time.thread_time()
+        wait = self._runq()
         late = now - self._next
         self.late.append(late)
         if late > self.stall:
             t = time.perf_counter()
             span = self.period + late  # since the previous beat ran
             in_gc = sum(d for s, _, d, _ in self.gcs if s >= t - span)
-            self.stalls.append({"at": t - self._t0, "late": late, "cpu": cpu - self._cpu, "gc": in_gc})
+            self.stalls.append({"at": t - self._t0, "late": late, "cpu": cpu - self._cpu, "gc": in_gc,
+                                "runq": wait - self._wait})  # fmt: skip
         self._cpu = cpu
+        self._wait = wait
         # the next beat on the schedule, or a period from now after a stall (no burst of beats)
         self._next = self._next + self.period if late < self.period else now + self.period
         if self._running:
@@ -173,6 +191,7 @@ class LoopProbe:
             e["cpu_max_ms"] = max(e["cpu_max_ms"], 1e3 * u)
         p50, p99, p999, mx = quantiles(self.late)
         busy = [s for s in self.stalls if s["cpu"] >= 0.5 * (s["late"] + self.period)]
+        queued = [s for s in self.stalls if s["runq"] >= 0.5 * (s["late"] + self.period)]
         top = sorted(self.callbacks.items(), key=lambda kv: -kv[1][2])[:6]
         wait = None
         if self._sched0 is not None and self._sched1 is not None:
@@ -181,6 +200,7 @@ class LoopProbe:
             "late_ms": [1e3 * p50, 1e3 * p99, 1e3 * p999, 1e3 * mx],
             "stalls": len(self.stalls),
             "stalls_busy": len(busy),
+            "stalls_runq": len(queued),
             "stalls_gc": sum(1 for s in self.stalls if s["gc"] >= 0.5 * s["late"]),
             "stall_list": self.stalls[:50],
             "gc": gens,
@@ -203,12 +223,13 @@ def describe(r: dict[str, Any]) -> str:
     wait = r["runq_wait_ms_per_s"]
     cb = ", ".join("%s %.0f ms" % (n.rsplit(".", 1)[-1], m) for n, _, _, m in r["callbacks"][:3])
     return (
-        "loop late p50/p99/p99.9/max %.1f/%.1f/%.1f/%.0f ms; stalls >%.0f ms %d (loop busy %d, in GC %d);"
-        " GC gen2 %d x max %.0f ms (CPU max %.0f, total %.0f ms), gen0/1 CPU max %.1f/%.1f ms, all GC CPU"
-        " %.0f ms/s; run-queue wait %s; longest callbacks (CPU without GC): %s"
-        % (*r["late_ms"], r["stall_ms"], r["stalls"], r["stalls_busy"], r["stalls_gc"], g2["count"],
-           g2["max_ms"], g2["cpu_max_ms"], g2["cpu_total_ms"], g01[0]["cpu_max_ms"], g01[1]["cpu_max_ms"],
-           sum(g["cpu_total_ms"] for g in r["gc"].values()) / r["seconds"],
+        "loop late p50/p99/p99.9/max %.1f/%.1f/%.1f/%.0f ms; stalls >%.0f ms %d (loop busy %d, in GC %d,"
+        " waiting for a core %d; neither: the GIL or a system call); GC gen2 %d x max %.0f ms (CPU max"
+        " %.0f, total %.0f ms), gen0/1 CPU max %.1f/%.1f ms, all GC CPU %.0f ms/s; run-queue wait %s;"
+        " longest callbacks (CPU without GC): %s"
+        % (*r["late_ms"], r["stall_ms"], r["stalls"], r["stalls_busy"], r["stalls_gc"], r["stalls_runq"],
+           g2["count"], g2["max_ms"], g2["cpu_max_ms"], g2["cpu_total_ms"], g01[0]["cpu_max_ms"],
+           g01[1]["cpu_max_ms"], sum(g["cpu_total_ms"] for g in r["gc"].values()) / r["seconds"],
            "-" if wait is None else "%.0f ms/s" % wait, cb)
     )  # fmt: skip
 
