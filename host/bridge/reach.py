@@ -83,6 +83,7 @@ class Reach:
         self.icmp: dict[int, int] = {}
         self.other_ports: dict[int, int] = {}
         self.sends_failed: dict[int, int] = {}
+        self.refused0: tuple[int, ...] = ()
         self.reset(counters)
         self.send_errors = 0  # every failed send (the metric)
         # errnos already logged: once each until the device is reachable again after being down (the
@@ -95,7 +96,9 @@ class Reach:
         """A valid answer: the silent episode (if any) ends; its evidence starts from zero. (Runs for
         every answering device at every tick: nothing is allocated unless there was evidence.)"""
         self.timeouts0 = counters["timeouts"]
-        self.refused0 = _refused(counters)
+        refused = _refused(counters)
+        if refused != self.refused0:  # the same counts keep their tuple: a new one at every tick
+            self.refused0 = refused  # would be young for the collector to walk (heap.py)
         if self.probed or self.signed or self.unsigned or self.icmp or self.other_ports or self.sends_failed:
             self.probed = False
             self.signed = 0  # frames with the auth flag seen while silent (inspect)

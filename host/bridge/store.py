@@ -193,7 +193,7 @@ def drain(clients: Iterable[DeviceClient], batch: Batch, now: float | None = Non
         c.dirty = c.row_pending = False
         if c.out_segments:
             segs.extend(c.out_segments)
-            c.out_segments = []
+            c.out_segments.clear()  # (the same list: a new one per drain is young for the collector)
             batch.arrivals += c.out_rows
             batch.events += c.out_event_rows
             c.out_rows = c.out_event_rows = 0
