@@ -69,7 +69,7 @@ CH = 1
 HEAP = "64K"
 UDP_FRAME = 1472  # the board's UDP frame (one datagram, no IP fragmentation)
 UDP_MAX_BYTES = 1460  # the bridge's max answer payload over UDP
-UDP_RING = 280  # 280 x (3 + 64) B: what fits the 64 KB heap beside the UDP link (auth code included)
+UDP_RING = 280  # 280 x (4 + 64) B: what fits the 64 KB heap beside the UDP link (auth code included)
 SERIAL_FRAME = wire.MAX_FRAME  # 2,059 B: the largest frame; fewer headers per event on a slow line
 SERIAL_RING = 200  # fits beside the serial buffers of a 2,059 B frame (checked at boot below)
 OVER = 2.0  # serial: the sensor offers this x what the line can carry (64 B events)
@@ -130,7 +130,8 @@ def boot(transport: str, board_dir: Path, cfg: dict[str, Any], signed: bool) -> 
                 return b
             b.close()
             why = "ring does not fit"
-            cfg["ring"] = min(cfg["ring"] - 8, (int(m.group(1)) - int(m.group(2))) // (3 + EVENT) - 2)
+            # a slot is 4 + the event
+            cfg["ring"] = min(cfg["ring"] - 8, (int(m.group(1)) - int(m.group(2))) // (4 + EVENT) - 2)
         if cfg["ring"] < 32:
             break
         log(
@@ -394,7 +395,7 @@ def ceiling(frame: int, max_bytes: int) -> dict[str, Any]:
     p = bytearray([0, 0] + [CH] * (EVENT - 2))
     for i in range(64):
         p[1] = i
-        ring.write(p, CH)
+        ring.write(p, CH, EVENT)
     buf = bytearray(frame)
     n = ring.answer_into(buf, 0xFFFF, 0xFFFF, 255, max_bytes, 0, 0)
     k = len(codec.decode(bytes(buf[:n])).payload)

@@ -13,9 +13,10 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
 1. Per event, measured on the board (ticks_us x 125 cycles, in tight loops of the core's calls as
    the agent makes them, each ring call with the heap locked, with the agent stopped): the ring
    write (EventRing.write, 64-byte events; batched: write_samples, 20 a call);
-   answering a batch (EventRing.answer_into, 1 event, 15 = a 1 KB frame; with the COBS encode);
-   the whole poll-to-answer path (COBS scan of the POLL, wire.check, the fields, answer_into, COBS
-   encode, UART.write) against the ring write alone (goal: <= 3x).
+   answering a batch (EventRing.answer_into, 1 event, 15 = a 1 KB frame; answer_cobs: built, CRC'd
+   and COBS-encoded, as the agent answers over a serial link);
+   the whole poll-to-answer path (COBS scan of the POLL, wire.check, the fields, answer_cobs,
+   UART.write) against the ring write alone (goal: <= 3x).
 2. Serial goodput of the real bridge (host/bridge, in this process, unchanged, pipelined burst
    POLLs) polling UART0 at 115,200 and 921,600 baud: event payload bytes (64-byte events, as
    bench/goodput_bench.py) stored per second of the board's clock against the line rate (baud / 10);
@@ -64,7 +65,7 @@ BOARD_CODE = """
 import time, gc, machine
 from micropython import heap_lock, heap_unlock
 from leadwire.ring import EventRing
-from leadwire.framing import StreamDecoder, encode_into, scan
+from leadwire.framing import StreamDecoder, scan
 from leadwire.crc16 import TABLE
 from leadwire.device import respond
 from lwagent import _send
@@ -102,8 +103,7 @@ def bench(P, k, N, M):
     t = time.ticks_us()
     for j in range(M):
         heap_lock()
-        m = r.answer_into(buf, hi, lo, k, 2047, 0, 0)
-        encode_into(buf, m, cb, 0)
+        r.answer_cobs(buf, cb, hi, lo, k, 2047, 0, 0, 0)
         heap_unlock()
     te = time.ticks_diff(time.ticks_us(), t)
     got = buf[10]
@@ -171,7 +171,7 @@ def cycles_per_event(board: PicoBoard, quick: bool) -> list[dict[str, Any]]:
                     "write": write,
                     "samples": samples,
                     "answer": answer,
-                    "answer_cobs": te * HZ / 1e6 / (m * k),  # answer_into (CRC in it) + COBS encode
+                    "answer_cobs": te * HZ / 1e6 / (m * k),  # answer_cobs: answer, CRC and COBS
                     "path": path,
                     "ratio": path / write,
                 }

@@ -169,11 +169,13 @@ def _send(L, b, n, a):
         if L[_UDP]:
             L[_IO].sendto(L[_MV][:n] if b is L[_TX] else b, a)
         elif _dma is not None:  # COBS-encoded into a buffer the DMA sends from (lwdma)
-            return _dma(L[_CB], b, n)
+            return _dma(L, b, n)
         else:
             cb = L[_CB]
-            m = encode_into(b, n, cb, 0) + 1
-            cb[m - 1] = 0
+            m = n  # b is cb: a frame the ring built COBS-framed (EventRing.respond with cb)
+            if b is not cb:
+                m = encode_into(b, n, cb, 0) + 1
+                cb[m - 1] = 0
             io = L[_IO]
             p = t = 0
             while p < m:
@@ -481,7 +483,7 @@ class Agent:
                         h[_LOW] = f
                     gc.collect()  # heap free = what is live; the low-water includes garbage
                     h[_FREE] = gc.mem_free()
-                    h[_OVER] = self.ring.overwritten
+                    h[_OVER] = self.ring._st[4]  # overwritten (the ring's state: ring._SOVER)
                     self.emit(k[_HCH], self.ev, dv.health_into(self.ev, h))
                     A = self.links[0][_EP]
                     if A is not None:  # auth on: the rejects of all links, a record of their own

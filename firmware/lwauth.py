@@ -37,9 +37,9 @@ def setup(k, ring, links):
     """An endpoint for each link (L[_EP]) from the key lwboot left in k[_KEY] (then dropped)."""
     key = Key(k[_KEY])
     k[_KEY] = None
-    e = ring.epoch
+    e = ring._st  # the ring's state: 11, 12 its epoch's halves (ring._SEHI, _SELO)
     for L in links:
-        L[_EP] = link(key, (e[0] << 8) | e[1], (e[2] << 8) | e[3])
+        L[_EP] = link(key, e[11], e[12])
     g = globals()
     del g["setup"], g["link"]  # boot only: their code goes (hint, rejects stay)
 

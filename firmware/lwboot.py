@@ -408,7 +408,9 @@ def ring(board, st, k, links, sensors):
         if x[_LKEY] == kser
     ]
     ring = None
-    if k[_RING] * (3 + k[_SLOT]) + need <= free:
+    rb = k[_SLOT]  # the ring's store (EventRing: from 32 B, slots of 4 + the slot rounded up to 4)
+    rb = k[_RING] * (3 + rb if rb < 32 else 4 + ((rb + 3) & ~3))
+    if rb + need <= free:
         try:
             ring = EventRing(k[_RING], mx, k[_SLOT], epoch)
         except MemoryError:
@@ -416,7 +418,7 @@ def ring(board, st, k, links, sensors):
     if ring is None:
         print(
             "config: ring %dx%d (%d B) does not fit: %d B free, the agent needs %d B besides; using 256x16"
-            % (k[_RING], k[_SLOT], k[_RING] * (3 + k[_SLOT]), free, need)
+            % (k[_RING], k[_SLOT], rb, free, need)
         )
         k[_RING], k[_SLOT] = 256, 16
         ring = EventRing(256, mx, 16, epoch)

@@ -6,8 +6,11 @@
 #
 # Two frame buffers: one the DMA reads (on the line), the next frame COBS-encoded into the other
 # meanwhile; the channel's completion interrupt (hard: it allocates nothing) starts the waiting one
-# at once, so the line does not idle between the frames of a burst. send() waits only when both
-# are taken (a burst the CPU builds faster than the line carries it), and then in WFE (the core
+# at once, so the line does not idle between the frames of a burst. The link's COBS buffer slot
+# (L[_CB]) always names the one free to build in: the ring builds its answers there COBS-encoded
+# (device.respond, EventRing.answer_cobs), which send() then hands over as they are. send() waits
+# only when both are taken (a burst the CPU builds faster than the line carries it), before it
+# returns (the next frame is built in the one on the line), and then in WFE (the core
 # sleeps; the channel's interrupt ends the wait; machine.idle() would wake every ms at ~10k
 # cycles a wake): not an asyncio wait, because a burst is one snapshot of the ring with no await
 # in it (ring.respond). A wait longer than _WAIT ms (a line that does not move: the UART disabled)
@@ -42,6 +45,7 @@ _ON = const(0)
 _NEXT_BUF = const(1)
 _NEXT_LEN = const(2)
 _A = const(3)
+_CB = const(13)  # a link's COBS buffer (lwagent's, lwboot's slot)
 
 channel = None  # the rp2.DMA channel (kept: its finaliser frees the channel)
 registers = memoryview(b"")  # its registers
@@ -97,15 +101,10 @@ def done(d):
     event()
 
 
-def wait(cb):
-    # send()'s slow path: the first frame (the twin buffer is made), or both buffers taken: sleep
-    # until the line takes the waiting one (the channel's interrupt sends an event: WFE returns).
-    # Returns the frames dropped (1 after a line that did not move for _WAIT ms).
-    if buf[0] is not cb:
-        buf[0] = cb
-        buf[1] = bytearray(len(cb))
-        state[_A] = addressof(cb)
-        state[_A + 1] = addressof(buf[1])
+def wait():
+    # send()'s slow path, both buffers taken: sleep until the line takes the waiting one (the
+    # channel's interrupt sends an event: WFE returns). Returns the frames dropped (1 after a line
+    # that did not move for _WAIT ms).
     t = time.ticks_ms()
     while state[_NEXT_BUF] >= 0:
         if time.ticks_diff(time.ticks_ms(), t) > _WAIT:
@@ -118,17 +117,23 @@ def wait(cb):
     return 0
 
 
-def send(cb, b, n):
-    """b[:n], COBS-encoded and 0-terminated, down the line by DMA; cb: the link's COBS buffer (the
-    first of the two). Returns the frames dropped (0, or 1 after a stuck line)."""
+def send(L, b, n):
+    """b[:n] down link L's line by DMA, COBS-encoded and 0-terminated first unless b is the link's
+    COBS buffer (L[_CB]: a frame the ring built there, n its encoded size). Returns the frames
+    dropped (0, or 1 after a stuck line). On return L[_CB] is a buffer free to build the next
+    frame in: the other of the two, after the line took the one on it when both were taken."""
     # (few locals: a bytecode frame over 11 words comes from the GC heap at every call, ~20k
     # cycles on a Pico's heap, unless the heap is locked)
-    r = 0
-    if state[_NEXT_BUF] >= 0 or buf[0] is not cb:
-        r = wait(cb)
-    i = (state[_ON] + 1) & 1  # the buffer not on the line (the interrupt only ever frees that one)
-    n = encode_into(b, n, buf[i], 0) + 1
-    buf[i][n - 1] = 0
+    cb = L[_CB]
+    if cb is not buf[0] and cb is not buf[1]:  # the first frame: the link's buffer and its twin
+        buf[0] = cb
+        buf[1] = bytearray(len(cb))
+        state[_A] = addressof(cb)
+        state[_A + 1] = addressof(buf[1])
+    i = 0 if cb is buf[0] else 1
+    if b is not cb:
+        n = encode_into(b, n, cb, 0) + 1
+        cb[n - 1] = 0
     s = machine.disable_irq()
     if state[_ON] < 0:  # the line is free: go now
         registers[_COUNT] = n
@@ -138,4 +143,5 @@ def send(cb, b, n):
         state[_NEXT_LEN] = n
         state[_NEXT_BUF] = i
     machine.enable_irq(s)
-    return r
+    L[_CB] = buf[1 - i]
+    return wait() if state[_NEXT_BUF] >= 0 else 0

@@ -45,7 +45,6 @@ from leadwire import auth, codec, device, framing, messages, wire
 from leadwire.bridge.rlimit import raise_nofile
 from leadwire.frames import FrameQueue
 from leadwire.reports import ReportSequence
-from leadwire.ring import EventRing
 from leadwire.ring_host import HostRing
 
 EVENT = struct.Struct(">QII")  # generation time us, device index, event number in this boot
@@ -528,7 +527,7 @@ class SimFleet:
             link.close()  # type: ignore[attr-defined]
 
 
-class _VirtualStore(EventRing):
+class _VirtualStore(HostRing):
     """The core's EventRing whose store is written lazily: `advance(g)` puts the ring where `g`
     writes of this boot would leave it (offsets, count, head slot) without writing any slot, and
     `fill(first, k)` writes events first .. first + k - 1 into their slots (event i of the boot is
@@ -545,10 +544,11 @@ class _VirtualStore(EventRing):
     def advance(self, g: int) -> int:
         """The ring as after g events of this boot; returns the newest offset."""
         newest = (self.vr.start + g - 1) & 0xFFFFFFFF
-        self._hi = newest >> 16
-        self._lo = newest & 0xFFFF
-        self.count = min(g, self.capacity)
-        self._head = (g - 1) % self.capacity
+        st = self._st  # EventRing's state slots: head, hi, lo, count
+        st[0] = (g - 1) % self.capacity
+        st[1] = newest >> 16
+        st[2] = newest & 0xFFFF
+        st[3] = min(g, self.capacity)
         self.g = g
         return newest
 
@@ -560,10 +560,11 @@ class _VirtualStore(EventRing):
         return super().answer_into(buf, hi, lo, max_events, max_bytes, tag, index, follow)
 
     def fill(self, first: int, k: int) -> None:
-        vr, pack, store, stride, cap = self.vr, self._rec.pack_into, self._store, self._stride, self.capacity
+        vr, pack, store, stride, cap = self.vr, self._rec.pack_into, self._store, self._st[6], self.capacity
         t0, per, ch, size, idx = vr.t0_us, vr.period, vr.channels, vr.payload_size, vr.index
+        rec = self._st[16]  # where a record starts in its slot (ring._SREC)
         for i in range(first, first + k):
-            pack(store, (i % cap) * stride, 1 + i % ch, size, t0 + int(i * per), idx, i & 0xFFFFFFFF)
+            pack(store, (i % cap) * stride + rec, 1 + i % ch, size, t0 + int(i * per), idx, i & 0xFFFFFFFF)
 
 
 class VirtualRing:

@@ -73,6 +73,9 @@ def _trace():
             self._q = 1  # events until the next look for "pause"
             self._p = 0  # paused
 
+        def write(self, payload, channel=0, length=-1):
+            self.write_samples(payload, channel, len(payload) if length < 0 else length, 1, -1)
+
         def write_samples(self, payload, channel, n, count, start):
             # the ring's one way in (write() comes here too): take the events, then record each.
             # The agent holds the heap locked here; tracing allocates (os.stat, file writes), so
@@ -93,11 +96,11 @@ def _trace():
                 EventRing.write_samples(self, payload, channel, n, count, start)
                 s = self._store
                 cap = self.capacity
-                slot = self._head - count + 1
+                slot = self._st[0] - count + 1  # the slot of the newest (ring._SHEAD), back count - 1
                 if slot < 0:
                     slot += cap
                 for _ in range(count):
-                    p = slot * self._stride
+                    p = slot * self._st[6] + self._st[16]  # the record (ring._SSTRIDE, _SREC)
                     self._t.write(s, p, 3 + ((s[p + 1] << 8) | s[p + 2]))
                     slot += 1
                     if slot == cap:

@@ -23,7 +23,7 @@ from leadwire.frames import FrameQueue
 from leadwire.lead import LeadTracker, classify
 from leadwire.reassembly import Reassembler
 from leadwire.reports import ReportSequence
-from leadwire.ring import EventRing
+from leadwire.ring_host import HostRing as EventRing  # (append: a host convenience)
 
 
 @dataclass

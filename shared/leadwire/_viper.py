@@ -1,5 +1,4 @@
-# Native-code versions of the byte loops on the device hot path (CRC, copy, the ring's batch of
-# samples).
+# Native-code versions of the byte loops on the device hot path (CRC, copy, the ring's write).
 # Imported only on MicroPython; ports without a native emitter fail to compile this module
 # and the callers fall back to bytecode loops. Viper frames live on the C stack: 0 heap bytes.
 import micropython
@@ -23,35 +22,197 @@ def copy_viper(dst: ptr8, dpos: int, src: ptr8, spos: int, n: int):  # noqa: F82
         i += 1
 
 
-
-# The ring's batch write of a sensor's samples (ring.py has its bytecode twin and says what it
-# does). Every name a board loads is a qstr that stays (and past a pool's size the interpreter
-# adds a larger pool), so it reuses names the core already has: s, h, n, c, k, channel, d, m, b.
+# The ring's write: EventRing.write itself, write_samples through it (_ringpy's write and
+# write_samples are the bytecode twins and say what they do; the state's slots are ring.py's _S*
+# numbers: 13 the slot size, 14 and 15 the store's address, which the first write puts there: the
+# bytearray never moves, and the ring holds it; 16 where a record starts in its slot). A method call finds only the state by attribute:
+# ~400 cycles each on an RP2040. Every name a board loads is a qstr that stays, so they reuse names the core already has.
+# Viper keeps its first three locals (the arguments first) in registers on Thumb, and there a
+# ptr16/ptr32 subscript by a register local shifts that local in place (v1.26.1): such subscripts
+# below take an expression or a constant.
 
 
 @micropython.viper
-def samples(s: ptr8, h: int, n: int, c: int, k: int, channel: int, d: ptr8, m: int, b: int):  # noqa: F821
-    # k records from slot h (stride n, c slots): channel, length m, the u16 b (+1 per record),
-    # then d[2:m]; b -1: d[:m] as it is (one event: EventRing.write)
+def write(self, d: ptr8, channel: int, m: int):  # noqa: F821
+    # m >= 0: one event, payload[:m]; m < 0: write_samples's call, -1 - m its length, and above
+    # the length's 11 bits its start + 1, and above the channel's 8 bits its count - 1
+    st = ptr32(self._st)
+    k = 1
+    b = -1
+    if m < 0:
+        m = -1 - m
+        k = (channel >> 8) + 1
+        b = (m >> 11) - 1
+        m &= 0x7FF
+    elif channel > 0xFF:
+        m = 0x7FF
+    if m > st[13]:
+        raise self.TOO_LARGE  # (a global here would cost every call a globals swap)
+    c = st[5]
+    h = st[0] + 1  # the slot of the first
+    if h == c:
+        h = 0
+    x = h + k - 1  # the newest's
+    if x >= c:
+        x -= c
+    st[0] = x
+    x = st[2] + k
+    if x > 0xFFFF:
+        x -= 0x10000
+        st[1] = (st[1] + 1) & 0xFFFF
+    st[2] = x
+    x = st[3] + k
+    if x <= c:
+        st[3] = x
+    else:  # x - c pushed out
+        st[3] = c
+        x -= c
+        if st[4] < 0x3FFFFFFF - x:
+            st[4] = st[4] + x
+        else:
+            st[4] = 0x3FFFFFFF
+    e = st[14] | ((st[15] << 16) << 16)  # the store's address, kept by the first write
+    if e == 0:
+        e = int(ptr8(self._store))
+        st[14] = e
+        st[15] = (e >> 16) >> 16  # 0 on 32-bit ports (each shift below the word size)
+    e += st[16] - 1  # the records start 1 byte into a slot (0: into the slot before)
+    x = channel & 0xFF
     while k > 0:
-        p = h * n
-        s[p] = channel
-        s[p + 1] = m >> 8
-        s[p + 2] = m & 0xFF
-        p += 3
-        i = 0
+        a = e + h * st[6]  # the record at a + 1, its data at a + 4
+        s = ptr8(a)
+        s[1] = x
+        s[2] = m >> 8
+        s[3] = m
+        channel = m  # bytes left, copied from the end
+        if ((a + 4) | int(d)) & 3 == 0:  # word copies
+            while channel & 3 != 0:
+                channel -= 1
+                s[4 + channel] = d[channel]
+            while channel > 0:
+                channel -= 4
+                ptr32(a + 4 + channel)[0] = ptr32(int(d) + channel)[0]
+        while channel > 0:
+            channel -= 1
+            s[4 + channel] = d[channel]
         if b >= 0:
-            s[p] = (b >> 8) & 0xFF
-            s[p + 1] = b & 0xFF
-            b += 1
-            i = 2
-        while i < m:
-            s[p + i] = d[i]
-            i += 1
+            s[4] = b >> 8
+            s[5] = b
+            b = (b + 1) & 0xFFFF
         h += 1
         if h == c:
             h = 0
         k -= 1
+
+
+# The ring's EVENTS answer, COBS-encoded (EventRing.answer_cobs, after _classify found EVENT and
+# left the distance in st[7]; answer_into's bytecode is the reference and says what the frame
+# holds): the header, then the records read in the store, go through the CRC and the COBS encoder
+# in one pass, the CRC bytes after them, then the delimiter; returns the size in cb (buf holds the
+# header and the CRC only). q, crc, o arrive holding the poll's hi, lo and tag: the three
+# registers, which the byte loop reuses. t: crc16.TABLE; k max_events, m max_bytes, index the
+# frame's in its burst, n len(buf).
+
+
+@micropython.viper
+def answer(q: int, crc: int, o: int, st: ptr32, buf: ptr8, cb: ptr8, t: ptr16, k: int, m: int, index: int, n: int) -> int:  # noqa: E501, F821
+    hi = q
+    lo = crc
+    if n - 12 < m:
+        m = n - 12
+    if m > 2047:
+        m = 2047
+    if k > 255:
+        k = 255
+    a = (st[14] | ((st[15] << 16) << 16)) + st[16]  # the store, from its first record
+    w = st[6]
+    x = st[7] - 1  # events after s(n)
+    h = st[0] - x  # the slot of s(n)
+    if h < 0:
+        h += st[5]
+    f = 3  # payload bytes
+    j = 0  # records taken
+    p = h
+    while x >= 0 and j < k:
+        g = a + p * w
+        g = 3 + ((ptr8(g)[1] << 8) | ptr8(g)[2])
+        if j != 0 and f + g > m:
+            break
+        f += g
+        j += 1
+        x -= 1
+        p += 1
+        if p == st[5]:
+            p = 0
+    g = lo + j  # the last offset carried: n + taken
+    p = hi
+    if g > 0xFFFF:
+        g -= 0x10000
+        p = (hi + 1) & 0xFFFF
+    st[8] = p
+    st[9] = g
+    st[10] = x + 1
+    lo += 1  # the first: s(n)
+    if lo == 0x10000:
+        lo = 0
+        hi = (hi + 1) & 0xFFFF
+    buf[0] = 0x23  # version 1, EVENTS
+    buf[1] = 0x10  # F_LAST
+    buf[2] = 0
+    buf[3] = o  # the tag
+    buf[4] = (index << 3) | (f >> 8)
+    buf[5] = f
+    buf[6] = hi >> 8
+    buf[7] = hi
+    buf[8] = lo >> 8
+    buf[9] = lo
+    buf[10] = j
+    buf[11] = (x + 1) >> 8
+    buf[12] = x + 1
+    n = 10 + f  # where the CRC goes
+    crc = 0xFFFF
+    c = int(cb)  # the COBS code byte
+    o = c + 1  # the next byte out
+    q = int(buf)
+    e = q + 13  # the end of this piece: the header
+    b = 0
+    while True:
+        while q < e:
+            b = ptr8(q)[0]
+            q += 1
+            crc = (crc << 8) ^ t[((crc >> 8) ^ b) & 0xFF]
+            if b == 0:
+                ptr8(c)[0] = o - c
+                c = o
+                o += 1
+            else:
+                ptr8(o)[0] = b
+                o += 1
+                if o - c == 0xFF:
+                    ptr8(c)[0] = 0xFF
+                    c = o
+                    o += 1
+        if j > 0:  # the next record, from the store
+            q = a + h * w
+            e = q + 3 + ((ptr8(q)[1] << 8) | ptr8(q)[2])
+            h += 1
+            if h == st[5]:
+                h = 0
+            j -= 1
+        elif n > 0:  # the CRC, after the rest
+            buf[n] = crc >> 8
+            buf[n + 1] = crc
+            q = int(buf) + n
+            e = q + 2
+            n = 0
+        else:
+            break
+    if b != 0 and o - c == 1:  # the last byte ended a run of 254: no code byte after it
+        o -= 1
+    else:
+        ptr8(c)[0] = o - c
+    ptr8(o)[0] = 0
+    return o + 1 - int(cb)
 
 
 # COBS encoding of a serial frame (framing.encode_into has the bytecode twin and says what it does;

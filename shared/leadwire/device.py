@@ -39,6 +39,9 @@
 # layout). The slots read here (the same `_NAME = const(n)` lines as lwagent's: test_records):
 #   _TX     the answer buffer: the link's frame size (+ the auth trailer)
 #   _HELLO  the device's HELLO frame, tag 0 (with auth its payload ends with 4 bytes for K)
+#   _CB     a serial link's COBS buffer (max_encoded of _TX, + 1), or None: with auth off the
+#           ring builds its answers there COBS-encoded and 0-terminated (EventRing.answer_cobs),
+#           and hands d that buffer (d sends a frame in it as it is; any other, it encodes)
 #   _EP     auth: lwauth.link's list of the endpoint's bound methods (verify, sign_into,
 #           device_hello, device_sign_hello, rejects, epoch hi, epoch lo, endpoint, hint), or None
 #   _LIM    the payload budget of an answer frame
@@ -82,6 +85,7 @@ _R_OTHER = const(-4)  # not the responder's: the caller's (ACK, SUBSCRIBE)
 # a link's slots (lwagent's, lwboot's)
 _TX = const(2)
 _HELLO = const(11)
+_CB = const(13)
 _EP = const(15)
 _LIM = const(16)
 _LASTP = const(17)
@@ -130,7 +134,8 @@ def respond(L, b, n, a, ring, d):
         k = (b[_TAG_AT] << 16) | (b[8] << 8) | b[9]  # messages.poll_key: a small int (no alloc)
         if k == L[_LASTP]:
             return _R_COPY  # its answer went (docs/protocol.md 5)
-        n = ring.respond(b, n, L[_TX], L[_LIM], d, L, a)
+        # (a serial link's unsigned frames built COBS-framed in its _CB: answer_cobs)
+        n = ring.respond(b, n, L[_TX], L[_LIM], d, L, a, _CB if A is None else None)
         if n < 0:
             return _R_BAD  # max_frames not 1..32
         L[_LASTP] = k

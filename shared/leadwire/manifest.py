@@ -9,6 +9,7 @@ DEVICE = (
     "__init__",
     "_compat",
     "_viper",  # native code (viper): the one module a board may refuse (bytecode twins elsewhere)
+    "_ringpy",  # the ring's write in bytecode: loaded only where _viper's native write is missing
     "bufcopy",
     "crc16",
     "wire",

@@ -12,48 +12,58 @@
 # An empty ring (just booted, nothing generated) answers NO_EVENT: it holds no n0..n1 to recover
 # to, and spec 004 notes a restart is only detectable once the server has generated an event.
 #
-# Storage is one bytearray preallocated at construction: `capacity` slots of
-# RECORD_HEAD + slot_size bytes, each holding the event exactly as it goes on the wire
-# (channel u8, length u16, data), so a batch answer is a straight copy.
+# Storage is one bytearray preallocated at construction: `capacity` slots of `stride` bytes, each
+# holding the event exactly as it goes on the wire (channel u8, length u16, data), so a batch answer
+# is a straight copy. From 32-byte slots the stride is a multiple of 4 (1 spare byte, RECORD_HEAD,
+# slot_size rounded up to 4) with the record at byte 1 and its data word-aligned at byte 4: the
+# native write copies words. Smaller slots keep RECORD_HEAD + slot_size, the record at byte 0 (the
+# default 256 x 16 ring: 4,864 B, where a 64 KB board has no 256 B to spare; bytes are copied).
+#
+# The ring's state is one array('I') (_st, the _S* slots below), updated by one native call per
+# write or batch and read by the native answer: the newest offset as 16-bit halves (hi, lo), so no
+# int on the bytecode paths reaches 2^30, the small-int limit of 32-bit ports.
 #
 # Allocation on the device (checked with heap_lock and gc.mem_alloc on the unix port):
-#   write(), answer_into()         0 bytes: offsets are kept as 16-bit halves (_hi, _lo), so no int
-#                                  reaches 2^30, the small-int limit of 32-bit ports.
+#   write(), answer_into(),        0 bytes.
+#   answer_cobs()
 #   respond()                      0 bytes but what its sender allocates: the rules of answering a
 #                                  POLL (its burst and follow) once, for the firmware and the host.
-#   append(), newest()             build ints >= 2^30: host/test conveniences. The answers as tuples
-#                                  (poll, poll_batch) are in ring_host.py: a board loads none of it.
+#   newest()                       builds ints >= 2^30: a host/test convenience. The rest (append,
+#                                  the answers as tuples: poll, poll_batch) is in ring_host.py: a
+#                                  board loads none of it.
 from leadwire import wire
-from leadwire._compat import const, heap_lock, heap_unlock, random_u32
+from leadwire._compat import const, heap_lock, heap_unlock
 from leadwire.bufcopy import copy_into
 from leadwire.wire import BATCH_HEAD, MAX_BATCH, RECORD_HEAD
 
-# The sensor's batch write loop: native code on MicroPython (_viper); the bytecode twin is defined
-# only where that is missing (CPython, ports without a native emitter).
-try:  # (on CPython importing _viper fails: no micropython module)
-    from leadwire._viper import samples
-except (ImportError, SyntaxError, NotImplementedError, ValueError):  # ValueError: _viper.mpy refused
-    # (argument names as in _viper: each name a board loads is a qstr, even in code it never runs)
-    def samples(s, h, n, c, k, channel, d, m, b):  # type: ignore[misc]
-        # k records from slot h (stride n, c slots): channel, length m, the u16 b (+1 each), then
-        # d[2:m]; b -1: d[:m] as it is. The bytecode twin of _viper.samples.
-        while k > 0:
-            p = h * n
-            s[p] = channel
-            s[p + 1] = m >> 8
-            s[p + 2] = m & 0xFF
-            if b < 0:
-                copy_into(s, p + RECORD_HEAD, d, 0, m)
-            else:
-                s[p + 3] = (b >> 8) & 0xFF
-                s[p + 4] = b & 0xFF
-                copy_into(s, p + RECORD_HEAD + 2, d, 2, m - 2)
-                b = (b + 1) & 0xFFFF
-            h += 1
-            if h == c:
-                h = 0
-            k -= 1
+# the state's slots (_viper.py has the same numbers)
+_SHEAD = const(0)  # slot of the newest event
+_SHI = const(1)  # newest offset, high half (before the first event: s^-1(start))
+_SLO = const(2)  # ... low half
+_SN = const(3)  # events held, <= capacity
+_SOVER = const(4)  # events pushed out by newer ones (saturates at 2^30 - 1): "overwritten"
+_SCAP = const(5)  # capacity
+_SSTRIDE = const(6)  # bytes a slot
+_SD = const(7)  # distance newest - n from the last classify when below 2^16, else 0x10000
+_SLHI = const(8)  # after an answer: the last offset it carried (halves) and how many events the
+_SLLO = const(9)  # ring still holds after it -- what a burst answer (several frames to one POLL)
+_SBACK = const(10)  # goes on from
+_SEHI = const(11)  # the boot epoch this ring belongs to, as halves: RECOVERY answers carry it, so
+# that a client can tell a restart from an overrun without another round trip
+_SELO = const(12)
+_SSLOT = const(13)  # the slot size
+# 14, 15: the store's address (low and high 32 bits), kept by the native write (_viper.write)
+_SREC = const(16)  # where a record starts in its slot: 1 (word-aligned data) or 0
 
+
+# The module's names stay at 17 (each a slot of its globals table: one more doubles it, and on a
+# 64 KB board that block was the one that did not fit while the agent boots); the write and the
+# CRC table are the class's.
+answer = None  # native: answer_cobs's EVENTS; else answer_into's bytecode and encode_into
+try:
+    from leadwire._viper import answer  # type: ignore[no-redef, assignment]
+except (ImportError, SyntaxError, NotImplementedError, ValueError):  # ValueError: _viper.mpy refused
+    pass
 
 EVENT = const(1)
 NO_EVENT = const(2)
@@ -70,82 +80,81 @@ class EventRing:
         if not 0 <= slot_size <= MAX_SLOT:
             raise ValueError("slot_size")
         if start is None:
+            from leadwire._compat import random_u32
+
             start = random_u32()
         start &= 0xFFFFFFFF
         self.capacity = capacity
-        self.slot_size = slot_size
-        self._stride = RECORD_HEAD + slot_size
-        self._store = bytearray(capacity * self._stride)
-        # newest offset as halves; before the first event it is s^-1(start)
-        before = (start - 1) & 0xFFFFFFFF
-        self._hi = before >> 16
-        self._lo = before & 0xFFFF
-        self._head = capacity - 1  # slot of the newest event
-        self.count = 0  # events held, <= capacity
-        self.overwritten = 0  # events pushed out by newer ones (saturates below 2^30)
-        self._d = 0  # distance newest - n from the last _classify (scratch, avoids a tuple)
-        # after answer_into: the last offset the answer carried (halves) and how many events the
-        # ring still holds after it -- what a burst answer (several frames to one POLL) goes on from
-        self.last_hi = 0
-        self.last_lo = 0
-        self.backlog = 0
-        # the boot epoch this ring belongs to, sent in RECOVERY answers so that a client can tell
-        # a restart from an overrun without another round trip (kept as 4 bytes: no big int)
-        self.epoch = bytes(((epoch >> 24) & 0xFF, (epoch >> 16) & 0xFF, (epoch >> 8) & 0xFF, epoch & 0xFF))
+        stride = RECORD_HEAD + slot_size
+        if slot_size >= 32:
+            stride = 4 + ((slot_size + 3) & ~3)
+        self._store = bytearray(capacity * stride)
+        before = (start - 1) & 0xFFFFFFFF  # the newest before the first event: s^-1(start)
+        from array import array
+
+        # the state's slots, _SHEAD.._SREC (14, 15: the store's address, the native write's),
+        # made in one block: no garbage left in the heap the boot is laying out
+        st = array("I", range(17))
+        st[_SHEAD] = capacity - 1
+        st[_SHI] = before >> 16
+        st[_SLO] = before & 0xFFFF
+        for i in range(_SN, 17):
+            st[i] = 0
+        st[_SCAP] = capacity
+        st[_SSTRIDE] = stride
+        st[_SEHI] = (epoch >> 16) & 0xFFFF
+        st[_SELO] = epoch & 0xFFFF
+        st[_SSLOT] = slot_size
+        st[_SREC] = 1 if slot_size >= 32 else 0
+        self._st = st
 
     # -- device hot path (allocation-free) --------------------------------------------------
 
-    def write(self, payload, channel=0, length=-1):
-        """Append an event (payload[:length], or all of it). Allocates nothing."""
-        n = len(payload) if length < 0 else length
-        if n > self.slot_size:
-            raise ValueError("event too large")
-        self.write_samples(payload, channel, n, 1, -1)
+    # write(payload, channel, length): append an event, payload[:length] (length 0..slot size and
+    # channel 0..255, else ValueError). write_samples(payload, channel, n, count, start): append
+    # `count` (0..capacity) events of n bytes (2..slot size) on `channel`: the i-th (from 0)
+    # carries the u16 start + i (mod 2^16, big-endian), then payload[2:n] -- a sensor's samples
+    # in one call (start -1: payload[:n] as it is); the ring ends exactly as after `count`
+    # write() calls of those payloads, and the caller keeps to those bounds (the agent does: its
+    # sensors are checked at boot). Both allocate nothing. On MicroPython where _viper loads,
+    # write is a native function itself (one call, no bytecode frame) and write_samples one call
+    # of it; elsewhere they are _ringpy's bytecode (the reference the native write is checked
+    # against).
+    TOO_LARGE = ValueError("event too large")  # what the native write raises
+    # (answer_cobs's: an import there would allocate)
+    from leadwire.crc16 import TABLE  # type: ignore[misc]
 
-    def write_samples(self, payload, channel, n, count, start):
-        """Append `count` (0..capacity) events of n bytes (2..slot size) on `channel`: the i-th
-        (from 0) carries the u16 start + i (mod 2^16, big-endian), then payload[2:n] -- a
-        sensor's samples in one call (start -1: one event, payload[:n] as it is: write()). The
-        ring ends exactly as after `count` write() calls of those payloads. Allocates nothing;
-        the byte loop is native code on MicroPython. The caller keeps to those bounds (the
-        agent does: its sensors are checked at boot)."""
-        cap = self.capacity
-        f = self._head + 1  # the slot of the first
-        if f == cap:
-            f = 0
-        h = self._head + count
-        if h >= cap:
-            h -= cap
-        self._head = h
-        h = self._lo + count
-        if h > 0xFFFF:
-            h -= 0x10000
-            self._hi = (self._hi + 1) & 0xFFFF
-        self._lo = h
-        h = self.count + count - cap  # pushed out, when above 0
-        if h <= 0:
-            self.count += count
-        else:
-            self.count = cap
-            if self.overwritten < 0x3FFFFFFF - h:
-                self.overwritten += h
-            else:
-                self.overwritten = 0x3FFFFFFF
-        samples(self._store, f, self._stride, cap, count, channel, payload, n, start)  # type: ignore[arg-type]
+    try:  # (the COBS encoder from _viper: framing, which has it too, is ~2 KB more of a heap)
+        from leadwire._viper import encode_into, write  # type: ignore[misc]
+
+        def write_samples(self, d, channel, m, k, b):
+            # through the native write: a negative length, -1 - (n | (start + 1) << 11), and
+            # count - 1 above the channel's 8 bits (_viper.write). 20 events a call cost ~120
+            # cycles each more than a native write_samples would, which would take ~1.2 KB more
+            # of a board's heap.
+            if k > 0:
+                self.write(d, channel | ((k - 1) << 8), -1 - (m | ((b + 1) << 11)))
+
+    except (ImportError, SyntaxError, NotImplementedError, ValueError):
+        from leadwire._ringpy import write, write_samples  # type: ignore[misc]
+        from leadwire.framing import encode_into  # type: ignore[misc]
 
     def _classify(self, hi, lo):
-        # Which spec 004 case a poll with n = (hi, lo) is; sets self._d = (newest - n) mod 2^32
-        # when that is below 2^16 (else -1), computed on halves.
-        dl = self._lo - lo
-        dh = self._hi - hi
+        # Which spec 004 case a poll with n = (hi, lo) is; sets _st[_SD] = (newest - n) mod 2^32
+        # when that is below 2^16 (else 0x10000), computed on halves.
+        st = self._st
+        dl = st[_SLO] - lo
+        dh = st[_SHI] - hi
         if dl < 0:
             dl += 0x10000
             dh -= 1
-        d = -1 if dh & 0xFFFF else dl
-        self._d = d
-        if self.count == 0 or d == 0:
+        if dh & 0xFFFF:
+            st[_SD] = 0x10000
+            return RECOVERY if st[_SN] else NO_EVENT
+        st[_SD] = dl
+        if st[_SN] == 0 or dl == 0:
             return NO_EVENT
-        if 0 < d <= self.count:
+        if dl <= st[_SN]:
             return EVENT
         return RECOVERY
 
@@ -153,18 +162,17 @@ class EventRing:
         """Write the complete answer frame to a poll with n = (hi, lo) into buf; return its size.
 
         tag is the poll's message id, echoed so the client can match answer to request; index
-        numbers the frames of a burst answer (0 for the first). A burst goes on with
-        (last_hi, last_lo) as the next n while backlog > 0.
+        numbers the frames of a burst answer (0 for the first). A burst goes on from the last
+        offset the answer carried (_st[_SLHI], _st[_SLLO]) while events remain (_st[_SBACK]).
 
         follow (the POLL asked for it and the burst has a frame left): a RECOVERY goes without
-        F_LAST, with backlog = count and (last_hi, last_lo) = n0 - 1, so the burst goes on with
-        the events from n0.
+        F_LAST, with backlog = count and the last offset n0 - 1, so the burst goes on with the
+        events from n0.
 
         EVENTS carries up to max_events consecutive events from s(n) within max_bytes of payload
-        (and the room in buf); at least one event always goes. Allocates nothing.
-        """
+        (and the room in buf); at least one event always goes. Allocates nothing."""
         kind = self._classify(hi, lo)
-        self.backlog = 0
+        self._st[_SBACK] = 0
         if kind == NO_EVENT:
             wire.put_header(buf, wire.NO_EVENT, wire.F_LAST, 0, 0, tag, index, 0, hi, lo)
             return wire.seal(buf, 0)
@@ -172,16 +180,38 @@ class EventRing:
             return self._recovery_into(buf, tag, index, follow)
         return self._events_into(buf, hi, lo, max_events, max_bytes, tag, index)
 
-    def respond(self, b, n, buf, max_bytes, d, L, a):
+    def answer_cobs(self, buf, dst, hi, lo, max_events, max_bytes, tag, index, follow):
+        """The answer of answer_into, COBS-encoded into dst with its delimiter (framing.encode_into,
+        then a 0): returns the size in dst. dst holds max_encoded(len(buf)) + 1 bytes (None: the
+        answer of answer_into, in buf). On
+        MicroPython an EVENTS answer is built, CRC'd and encoded from the ring in one native pass
+        (_viper.answer; buf then holds the header and the CRC only); the rest, and every answer
+        where _viper does not load, is answer_into into buf, then encode_into: the reference
+        the native pass is checked against. Allocates nothing."""
+        if dst is None:  # (respond: a link whose frames go as they are)
+            return self.answer_into(buf, hi, lo, max_events, max_bytes, tag, index, follow)
+        if answer is not None and self._classify(hi, lo) == EVENT:
+            st = self._st
+            return answer(hi, lo, tag, st, buf, dst, self.TABLE, max_events, max_bytes, index, len(buf))
+        m = self.answer_into(buf, hi, lo, max_events, max_bytes, tag, index, follow)
+        m = EventRing.encode_into(buf, m, dst, 0)  # (through the class: not a bound method)
+        dst[m] = 0
+        return m + 1
+
+    def respond(self, b, n, buf, max_bytes, d, L, a, dst=None):
         """Answer the POLL in b[:n] (n: the unsigned size, wire.POLL_SIZE, or POLL_BURST_SIZE with
         max_frames at byte 14, its top bit follow) with frames built in buf, each handed to
         d(L, buf, size, a) as soon as it is made (d returns 1 for a frame it dropped, else 0):
         up to max_frames, each from the last offset of the one before while the ring holds more;
         with follow a RECOVERY that leaves a frame goes on with the events from n0 (docs/
         protocol.md 4.2, 5). max_bytes: the link's payload budget (a POLL asking more gets it).
-        The frames are one snapshot of the ring: no await in between. Returns the frames
-        dropped, or -1 for a bad max_frames (not 1..32: nothing sent). Allocates nothing but what
-        d does (answer_into runs with the heap locked)."""
+        dst given (a serial link whose frames go unsigned): the slot of L holding a buffer (or
+        None) where each frame is built COBS-encoded with its delimiter (answer_cobs) and handed
+        over as d(L, L[dst], size, a); read at each frame (a sender by DMA names the next free
+        one there). The frames are
+        one snapshot of the ring: no await in between. Returns the frames dropped, or -1 for a
+        bad max_frames (not 1..32: nothing sent). Allocates nothing but what d does (the answer
+        is made with the heap locked)."""
         f = b[14] if n == 17 else 1  # wire.POLL_BURST_SIZE (a module attribute is a lookup a POLL)
         follow = f >> 7
         f &= 0x7F
@@ -194,43 +224,46 @@ class EventRing:
             max_bytes = (b[12] << 8) | b[13]
         index = 0
         count = 0  # frames dropped
+        st = self._st
         while True:
+            c = None if dst is None else L[dst]  # read each frame: d may hand the link another
             heap_lock()
             try:
-                m = self.answer_into(buf, hi, lo, n, max_bytes, b[3], index, follow and index + 1 < f)
+                m = self.answer_cobs(buf, c, hi, lo, n, max_bytes, b[3], index, follow and index + 1 < f)
             finally:
                 heap_unlock()
-            count += d(L, buf, m, a)
+            count += d(L, buf if c is None else c, m, a)
             index += 1
-            if index == f or not self.backlog:  # 0 unless EVENTS, or a RECOVERY going on (follow)
+            if index == f or not st[_SBACK]:  # 0 unless EVENTS, or a RECOVERY going on (follow)
                 return count
-            hi = self.last_hi
-            lo = self.last_lo
+            hi = st[_SLHI]
+            lo = st[_SLLO]
 
     def _recovery_into(self, buf, tag, index, follow):
-        back = self.count - 1
-        olo = self._lo - back
-        ohi = self._hi
+        st = self._st
+        back = st[_SN] - 1
+        olo = st[_SLO] - back
+        ohi = st[_SHI]
         if olo < 0:
             olo += 0x10000
             ohi = (ohi - 1) & 0xFFFF
         if follow:
-            self.backlog = self.count  # the burst goes on from n0 - 1: all held
-            self.last_hi = ohi
-            self.last_lo = olo - 1
-            if olo == 0:
-                self.last_lo = 0xFFFF
-                self.last_hi = (ohi - 1) & 0xFFFF
+            st[_SBACK] = st[_SN]  # the burst goes on from n0 - 1: all held
+            if olo:
+                st[_SLHI] = ohi
+                st[_SLLO] = olo - 1
+            else:
+                st[_SLHI] = (ohi - 1) & 0xFFFF
+                st[_SLLO] = 0xFFFF
         wire.put_header(buf, wire.RECOVERY, 0 if follow else wire.F_LAST, 0, 0, tag, index, 8, ohi, olo)
-        buf[10] = self._hi >> 8
-        buf[11] = self._hi & 0xFF
-        buf[12] = self._lo >> 8
-        buf[13] = self._lo & 0xFF
-        e = self.epoch
-        buf[14] = e[0]
-        buf[15] = e[1]
-        buf[16] = e[2]
-        buf[17] = e[3]
+        buf[10] = st[_SHI] >> 8
+        buf[11] = st[_SHI] & 0xFF
+        buf[12] = st[_SLO] >> 8
+        buf[13] = st[_SLO] & 0xFF
+        buf[14] = st[_SEHI] >> 8
+        buf[15] = st[_SEHI] & 0xFF
+        buf[16] = st[_SELO] >> 8
+        buf[17] = st[_SELO] & 0xFF
         return wire.seal(buf, 8)
 
     def _events_into(self, buf, hi, lo, max_events, max_bytes, tag, index):
@@ -241,18 +274,19 @@ class EventRing:
             budget = wire.MAX_PAYLOAD
         if max_events > MAX_BATCH:
             max_events = MAX_BATCH
+        st = self._st
         s = self._store
-        stride = self._stride
+        stride = st[_SSTRIDE]
         cap = self.capacity
-        k = self._d - 1  # events after s(n) up to the newest
-        slot = self._head - k
+        k = st[_SD] - 1  # events after s(n) up to the newest
+        slot = st[_SHEAD] - k
         if slot < 0:
             slot += cap
         pos = wire.HEADER_SIZE + BATCH_HEAD
         used = BATCH_HEAD
         taken = 0
         while k >= 0 and taken < max_events:
-            p = slot * stride
+            p = slot * stride + st[_SREC]  # the record: channel, length, data
             size = RECORD_HEAD + ((s[p + 1] << 8) | s[p + 2])
             if taken and used + size > budget:
                 break
@@ -266,12 +300,12 @@ class EventRing:
                 slot = 0
         # the last offset carried is n + taken; the first is s(n)
         llo = lo + taken
-        self.last_hi = hi
+        st[_SLHI] = hi
         if llo > 0xFFFF:
             llo -= 0x10000
-            self.last_hi = (hi + 1) & 0xFFFF
-        self.last_lo = llo
-        self.backlog = k + 1
+            st[_SLHI] = (hi + 1) & 0xFFFF
+        st[_SLLO] = llo
+        st[_SBACK] = k + 1
         lo += 1
         if lo == 0x10000:
             lo = 0
@@ -286,9 +320,4 @@ class EventRing:
 
     def newest(self):
         """Offset of the newest event (or s^-1(start) before the first one)."""
-        return (self._hi << 16) | self._lo
-
-    def append(self, payload, channel=0):
-        """Append and return the event's offset (an int: allocates above 2^30 on 32-bit ports)."""
-        self.write(payload, channel)
-        return self.newest()
+        return (self._st[_SHI] << 16) | self._st[_SLO]

@@ -9,13 +9,63 @@ from leadwire.wire import BATCH_HEAD, MAX_BATCH, RECORD_HEAD
 
 
 class HostRing(EventRing):
+    # the ring's state (EventRing._st) by name, for the host and the tests
+    @property
+    def slot_size(self):
+        return self._st[13]
+
+    @property
+    def count(self):
+        return self._st[3]
+
+    @property
+    def overwritten(self):
+        return self._st[4]
+
+    @property
+    def _hi(self):
+        return self._st[1]
+
+    @property
+    def _lo(self):
+        return self._st[2]
+
+    @property
+    def _head(self):
+        return self._st[0]
+
+    @property
+    def _d(self):
+        return self._st[7]
+
+    @property
+    def last_hi(self):
+        return self._st[8]
+
+    @property
+    def last_lo(self):
+        return self._st[9]
+
+    @property
+    def backlog(self):
+        return self._st[10]
+
+    def write(self, payload, channel=0, length=-1):  # type: ignore[override]
+        """EventRing.write with the host's defaults: channel 0, the whole payload."""
+        EventRing.write(self, payload, channel, len(payload) if length < 0 else length)
+
+    def append(self, payload, channel=0):
+        """Append and return the event's offset."""
+        self.write(payload, channel)
+        return self.newest()
+
     def oldest(self):
         return (self.newest() - max(self.count, 1) + 1) & 0xFFFFFFFF
 
     def _event_at(self, back):
         # the event `back` places before the newest: (channel, payload)
         slot = (self._head - back) % self.capacity
-        p = slot * self._stride
+        p = slot * self._st[6] + self._st[16]  # the record: channel, length, data (ring._SSTRIDE, _SREC)
         n = (self._store[p + 1] << 8) | self._store[p + 2]
         return self._store[p], bytes(self._store[p + RECORD_HEAD : p + RECORD_HEAD + n])
 

@@ -68,8 +68,8 @@ def _stdlib_tag_ok(frame: bytes, ctx: bytes) -> bool:
 def expected() -> dict[str, bytes]:
     """Every worked example, made by the core."""
     r = ring.EventRing(8, start=0xFFFFFFFF, slot_size=16)
-    r.write(b"\x01\x02", 1)
-    r.write(b"hi", 2)
+    r.write(b"\x01\x02", 1, 2)
+    r.write(b"hi", 2, 2)
     buf = bytearray(100)
     ev = bytes(buf[: r.answer_into(buf, 0xFFFF, 0xFFFE, 32, 1400)])  # POLL(0xFFFFFFFE)
     ev_wrap = bytes(buf[: r.answer_into(buf, 0xFFFF, 0xFFFF, 32, 1400)])  # POLL(0xFFFFFFFF)

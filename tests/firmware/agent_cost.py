@@ -64,8 +64,8 @@ def emit():  # what a sensor pass does per event: sample number, ring (no push s
 
 
 def answer():  # one full 1,472-byte EVENTS frame (21 events of 64 B)
-    hi = ring._hi
-    lo = (ring._lo - 200) & 0xFFFF
+    hi = ring._st[1]
+    lo = (ring._st[2] - 200) & 0xFFFF
     for _ in range(M):
         ring.answer_into(buf, hi, lo, 255, 2047, 1, 0)
 

@@ -98,8 +98,8 @@ tg = [7]  # the POLLs' tag: a new one each time, as a client's (a repeated tag a
 
 def make_poll(back):
     # POLL n = newest - back (on halves: no big ints), 255 events, 2047 bytes, the next tag
-    lo = ring._lo - back
-    hi = ring._hi
+    lo = ring._st[2] - back
+    hi = ring._st[1]
     if lo < 0:
         lo += 0x10000
         hi = (hi - 1) & 0xFFFF
@@ -119,8 +119,8 @@ def serial_burst():
     # POLL n = newest - 80 asking for a burst of 4 frames of up to 20 events (payload byte 4)
     for _ in range(80):
         ag.emit(1, sample, 16)
-    lo = ring._lo - 80
-    hi = ring._hi
+    lo = ring._st[2] - 80
+    hi = ring._st[1]
     if lo < 0:
         lo += 0x10000
         hi = (hi - 1) & 0xFFFF

@@ -113,8 +113,8 @@ assert host.host_hello(ans, m) == wire.OK, "handshake"
 def make_poll(buf, back, events, max_bytes, tag=7):
     # POLL n = newest - back (on halves). Consecutive POLLs need new tags, as a client's: one with
     # the tag and n of the POLL answered last is a copy, not answered (messages.poll_key)
-    lo = ring._lo - back
-    hi = ring._hi
+    lo = ring._st[2] - back
+    hi = ring._st[1]
     if lo < 0:
         lo += 0x10000
         hi = (hi - 1) & 0xFFFF

@@ -27,8 +27,8 @@ def _lines(text: str, part: str) -> list[str]:
 @pytest.mark.parametrize(
     "cfg,line",
     [
-        ({"ring": 320, "slot": 64}, "config: ring 320x64 (21440 B) does not fit: "),
-        ({"ring": 80, "slot": 256, "udp": {"frame": 1472}}, "config: ring 80x256 (20720 B) does not fit: "),
+        ({"ring": 320, "slot": 64}, "config: ring 320x64 (21760 B) does not fit: "),
+        ({"ring": 80, "slot": 256, "udp": {"frame": 1472}}, "config: ring 80x256 (20800 B) does not fit: "),
     ],
 )
 def test_ring_that_does_not_fit_boots_on_the_default_ring(tmp_path: Path, cfg: dict, line: str) -> None:

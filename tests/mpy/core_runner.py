@@ -19,10 +19,16 @@ VEC = sys.argv[1] if len(sys.argv) > 1 else "tests/vectors"
 
 
 def load(name):
-    """Yield the elements of a vector file (a JSON array written one element per line)."""
+    """Yield the elements of a vector file (a JSON array written one element per line). Each line
+    is read after a collection: the last one's garbage freed, a line of 8 KB (frames.json) finds
+    its block on the 64 KB heap."""
     gc.collect()
     with open(VEC + "/" + name) as f:
-        for line in f:
+        while True:
+            gc.collect()
+            line = f.readline()
+            if not line:
+                break
             line = line.strip().rstrip(",")
             if line and line not in ("[", "]"):
                 yield json.loads(line)
@@ -30,6 +36,11 @@ def load(name):
 
 def h(s):
     return unhexlify(s)
+
+
+# EventRing's state slots (ring.py's _S* numbers): _st[0] the newest's slot, [1] [2] the newest
+# offset's halves, [3] the events held, [7] the last distance, [8] [9] [10] where a burst goes on
+# (the last offset carried, the backlog)
 
 
 def eq(a, b, what):
@@ -149,7 +160,8 @@ def test_ring_vectors():
     for sc in load("ring.json"):
         r = EventRing(sc["capacity"], sc["start"], sc["slot_size"])
         for a in sc["appends"]:
-            r.write(h(a["data"]), a["channel"])
+            d = h(a["data"])
+            r.write(d, a["channel"], len(d))
         buf = bytearray(wire.OVERHEAD + 2047)
         for p in sc["polls"]:
             n = p["n"]
@@ -172,7 +184,8 @@ def test_ring_burst_vectors():
     for v in load("ring_bursts.json"):
         r = EventRing(v["capacity"], v["start"], v["slot_size"])
         for a in v["appends"]:
-            r.write(h(a["data"]), a["channel"])
+            d = h(a["data"])
+            r.write(d, a["channel"], len(d))
         p = h(v["poll"])
         eq(p[14], v["max_frames"] | (0x80 if v["follow"] else 0), "%s poll's max_frames byte" % v["name"])
         del got[:]
@@ -262,12 +275,12 @@ def test_poll_client_overrun_accounting():
 
     cl = client.PollClient()
     for _ in range(2):
-        ring.write(b"ab", 1)
+        ring.write(b"ab", 1, 2)
     for _ in range(3):  # HELLO, first contact RECOVERY, EVENTS
         cl.on_frame(answer(cl.next_request()))
     eq((cl.n, cl.received), (0xFFFFFFFF, 2), "first contact")
     for _ in range(11):
-        ring.write(b"cd", 2)
+        ring.write(b"cd", 2, 2)
     for _ in range(2):  # RECOVERY (same epoch: overrun), EVENTS
         cl.on_frame(answer(cl.next_request()))
     eq((cl.loss.cause, cl.lost, cl.received, cl.n), ("overrun", 7, 6, 10), "overrun counted exactly")
@@ -275,8 +288,11 @@ def test_poll_client_overrun_accounting():
 
 def test_poll_client_pipelined_burst():
     # a pipelined POLL from the predicted end of a burst, then the rest of the burst and its answer
-    from leadwire import client, codec, messages
+    # (the ring's module first: on the 64 KB heap the client's blocks then fit beside it)
     from leadwire.ring import EventRing
+
+    # isort: split
+    from leadwire import client, codec, messages
 
     ring = EventRing(16, 0xFFFFFFFE, 4, 7)
     buf = bytearray(128)
@@ -289,27 +305,27 @@ def test_poll_client_pipelined_burst():
         for i in range(messages.poll_frames(req)):
             size = ring.answer_into(buf, hi, lo, 2, 100, req.message_id, i)
             out.append(codec.decode(bytes(buf[:size])))
-            if out[-1].type != wire.EVENTS or not ring.backlog:
+            if out[-1].type != wire.EVENTS or not ring._st[10]:
                 break
-            hi, lo = ring.last_hi, ring.last_lo
+            hi, lo = ring._st[8], ring._st[9]
         return out
 
     cl = client.PollClient()
     cl.pipeline = True
-    ring.write(b"ab", 1)
+    ring.write(b"ab", 1, 2)
     for _ in range(3):  # HELLO, first contact RECOVERY, EVENTS
         for f in burst(cl.next_request(2, 100, 8)):
             cl.on_frame(f)
     eq((cl.n, cl.received), (0xFFFFFFFE, 1), "first contact")
     for _ in range(9):
-        ring.write(b"cd", 2)
+        ring.write(b"cd", 2, 2)
     frames = burst(cl.next_request(2, 100, 8))
     eq(len(frames), 5, "a burst of 5 frames of 2")
     cl.on_frame(frames[0])
     eq((cl.burst_done, cl.ahead), (True, 7), "frame 0 predicts the end: n + backlog")
     req = cl.next_request(2, 100, 8)
     eq((req.seq, cl.n, cl.pipelined), (7, 0, 1), "the pipelined POLL asks from the prediction")
-    ring.write(b"ef", 3)
+    ring.write(b"ef", 3, 2)
     got = 0
     for f in frames[1:] + burst(req):
         kind, evs = cl.on_frame(f)
@@ -391,8 +407,8 @@ def test_alloc_answer_into():
         for _ in range(300):
             p.write()
         # start 40 events behind the newest
-        p.hi = p.ring._hi
-        p.lo = p.ring._lo - 40
+        p.hi = p.ring._st[1]
+        p.lo = p.ring._st[2] - 40
         if p.lo < 0:
             p.lo += 0x10000
             p.hi = (p.hi - 1) & 0xFFFF
@@ -406,20 +422,20 @@ def test_alloc_answer_into():
         # every event written after the start point arrived once, in order: 40 + 2 per step
         # (1 warm-up + 500 counted + 500 under heap_lock)
         eq(p.got, 40 + 2 * 1001, "events received")
-        eq((p.hi, p.lo), (p.ring._hi, p.ring._lo), "host caught up")
+        eq((p.hi, p.lo), (p.ring._st[1], p.ring._st[2]), "host caught up")
         eq((p.hi << 16) | p.lo, (start + 2301) & 0xFFFFFFFF, "host offset past %x" % top)
         p = step = None  # the ring's 17 KB go before the next one is made
         gc.collect()
 
 
 def test_alloc_burst_answer():
-    # one POLL answered with up to 4 frames of 20 events, going on from ring.last_hi/last_lo
+    # one POLL answered with up to 4 frames of 20 events, going on from the last offset carried
     p = _Poller(256, 64, 1412)
     ring = p.ring
     buf = p.buf
     for _ in range(100):
         p.write()
-    st = [ring._hi, (ring._lo - 80) & 0xFFFF, 0]  # the host is 80 events behind (no wrap here)
+    st = [ring._st[1], (ring._st[2] - 80) & 0xFFFF, 0]  # the host is 80 events behind (no wrap here)
 
     def step():
         for _ in range(80):
@@ -429,16 +445,16 @@ def test_alloc_burst_answer():
         for i in range(4):
             ring.answer_into(buf, hi, lo, 20, 1400, 9, i)
             st[2] += buf[10]
-            hi = ring.last_hi
-            lo = ring.last_lo
-            if not ring.backlog:
+            hi = ring._st[8]
+            lo = ring._st[9]
+            if not ring._st[10]:
                 break
         st[0] = hi
         st[1] = lo
 
     _steady(step, 200)
     eq(st[2], 80 * 401, "events carried by bursts")
-    eq((st[0], st[1]), (ring._hi, (ring._lo - 80) & 0xFFFF), "still 80 behind, as at the start")
+    eq((st[0], st[1]), (ring._st[1], (ring._st[2] - 80) & 0xFFFF), "still 80 behind, as at the start")
 
 
 def test_alloc_recovery_going_on():
@@ -458,9 +474,9 @@ def test_alloc_recovery_going_on():
             ring.answer_into(buf, hi, lo, 20, 1400, 9, i, i + 1 < 4)
             if buf[0] & 0x1F == 3:
                 st[0] += buf[10]
-            hi = ring.last_hi
-            lo = ring.last_lo
-            if not ring.backlog:
+            hi = ring._st[8]
+            lo = ring._st[9]
+            if not ring._st[10]:
                 break
         st[1] += 1
 
@@ -485,16 +501,30 @@ def test_write_samples_equals_writes():
             b.write(data, 1, 5)
             number = (number + 1) & 0xFFFF
         eq(
-            (a._store, a._head, a._hi, a._lo, a.count, a.overwritten),
-            (b._store, b._head, b._hi, b._lo, b.count, b.overwritten),
+            (a._store, a._st[0], a._st[1], a._st[2], a._st[3], a._st[4]),
+            (b._store, b._st[0], b._st[1], b._st[2], b._st[3], b._st[4]),
             "ring after %d" % count,
         )
     ba = bytearray(100)
     bb = bytearray(100)
     for back in range(1, 8):
-        lo = a._lo - back
-        eq(a.answer_into(ba, a._hi, lo, 255, 80), b.answer_into(bb, b._hi, lo, 255, 80), "size")
+        lo = a._st[2] - back
+        eq(a.answer_into(ba, a._st[1], lo, 255, 80), b.answer_into(bb, b._st[1], lo, 255, 80), "size")
         eq(ba, bb, "answer %d back" % back)
+
+
+def test_write_equals_bytecode_twin():
+    # EventRing.write and write_samples as loaded against the bytecode twins (twin_checks.write)
+    import twin_checks
+
+    twin_checks.write(eq)
+
+
+def test_answer_equals_bytecode_twin():
+    # EventRing.answer_cobs as loaded against the bytecode (twin_checks.answer)
+    import twin_checks
+
+    twin_checks.answer(eq)
 
 
 def test_alloc_write_samples():
@@ -520,7 +550,7 @@ def test_alloc_answer_recovery_and_no_event():
 
     def step():
         r.answer_into(buf, 0, 0, 20, 200)  # far away: RECOVERY
-        r.answer_into(buf, r._hi, r._lo, 20, 200)  # newest: NO_EVENT
+        r.answer_into(buf, r._st[1], r._st[2], 20, 200)  # newest: NO_EVENT
 
     _steady(step, 500)
 
@@ -533,7 +563,7 @@ def test_alloc_respond():
     for _ in range(40):
         p.write()
     r = p.ring
-    n = (r._hi << 16 | r._lo) - 30
+    n = (r._st[1] << 16 | r._st[2]) - 30
     req = codec.encode(messages.poll_frame(n, 5, 200, 1, 4))
     buf = p.buf
     sent = bytearray(1)
@@ -542,8 +572,11 @@ def test_alloc_respond():
         sent[0] += 1
         return 0
 
+    L = [bytearray(300)]  # a link whose slot 0 holds its COBS buffer
+
     def step():
         r.respond(req, len(req), buf, 200, d, None, None)
+        r.respond(req, len(req), buf, 200, d, L, None, 0)  # COBS-framed (a serial link)
 
     _steady(step, 200)
 
@@ -612,8 +645,8 @@ def test_offsets_stay_small_across_wrap():
     r = EventRing(8, 0xFFFFFFFA, 4)
     buf = bytearray(64)
     for _ in range(12):
-        r.write(b"ab", 0)
-        for v in (r._hi, r._lo, r._d, r.count):
+        r.write(b"ab", 0, 2)
+        for v in (r._st[1], r._st[2], r._st[7], r._st[3]):
             if not -(1 << 17) < v < (1 << 17):
                 raise AssertionError("ring state holds a large int %d" % v)
     eq(r.newest(), 5, "wrapped newest")
@@ -624,17 +657,23 @@ def test_offsets_stay_small_across_wrap():
 def test_responder_vectors():
     # device.respond, the device's answering rules, on one link: each frame's result and the
     # frames sent (signed with auth, as the firmware's _send signs), then the endpoint's rejects
-    from leadwire import auth, device
+    from leadwire import auth, device, framing
     from leadwire.ring import EventRing
 
-    for v in load("responder.json"):
+    # auth off, a second time as a serial link: its COBS buffer at 13, where the ring builds each
+    # answer COBS-encoded and 0-terminated (EventRing.answer_cobs: native where _viper loads)
+    runs = [(v, c) for v in load("responder.json") for c in ((0, 1) if v["key"] is None else (0,))]
+    for v, c in runs:
         r = EventRing(v["capacity"], v["start"], v["slot_size"], v["epoch"])
         for a in v["appends"]:
-            r.write(h(a["data"]), a["channel"])
+            d = h(a["data"])
+            r.write(d, a["channel"], len(d))
         e = v["epoch"]
         k = 0 if v["key"] is None else wire.AUTH_SIZE
-        L = [None] * 18  # a link record (lwboot.link's): tx 2, HELLO 11, auth 15, budget 16, last 17
+        L = [None] * 18  # a link record (lwboot.link's): tx 2, HELLO 11, COBS 13, auth 15, budget 16, last 17
         L[2] = bytearray(v["frame"] + k)
+        if c:
+            L[13] = bytearray(framing.max_encoded(v["frame"]) + 1)
         L[11] = h(v["hello"])
         L[16] = v["frame"] - wire.OVERHEAD - k
         L[17] = -1
@@ -647,7 +686,12 @@ def test_responder_vectors():
 
         def d(L, b, n, a):
             A = L[15]
-            if A is not None and not b[1] & 0x20:
+            if b is L[13]:  # built COBS-framed: exactly one frame, its delimiter last
+                b = bytes(b[:n])
+                eq((b.find(b"\x00"), n > 1), (n - 1, True), "one COBS frame, its delimiter last")
+                b = framing.decode(b[: n - 1])
+                n = len(b)
+            elif A is not None and not b[1] & 0x20:
                 n = A[1](b, n)
             got.append(hexlify(b[:n]).decode())
             return 0
