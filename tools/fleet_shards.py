@@ -50,7 +50,7 @@ def polling(hz: float, timeout: float) -> dict[str, Any]:
 
 def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: str, code: str | None,
         warmup: float, seconds: float, commit: float, auth: bool = True, sim_procs: int = 0,
-        payload: int = 64, timeout: float = 0.5) -> dict[str, Any]:  # fmt: skip
+        payload: int = 64, timeout: float = 0.5, probe: bool = True) -> dict[str, Any]:  # fmt: skip
     """One fleet run: `devices` simulated devices (`rate` events/s each) polled at `hz` by `shards`
     bridge processes; the shards' figures added up, the simulators' CPU over the same window."""
     from leadwire.tools.loopprobe import process_schedstat  # the parent's: this tree's
@@ -66,7 +66,7 @@ def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: st
                 with os.fdopen(fd, "w") as f:
                     json.dump({"devices": fleet.devices, "shard": [i, shards], "hz": hz, "writer": writer,
                                "store": str(tmp / ("fleet-%d.db" % i)), "commit": commit, "warmup": warmup,
-                               "seconds": seconds, "timeout": timeout}, f)  # fmt: skip
+                               "seconds": seconds, "timeout": timeout, "probe": probe}, f)  # fmt: skip
                 env = {**os.environ, "PYTHONPATH": code} if code else None
                 workers.append(subprocess.Popen([sys.executable, __file__, str(spec)], stdin=subprocess.PIPE,
                                                 stdout=subprocess.PIPE, text=True, env=env))  # fmt: skip
@@ -140,7 +140,7 @@ def combine(outs: list[dict[str, Any]], sim: float, devices: int, hz: float, sha
         "writer_cpu_us_per_event": 1e6 * tot["wcpu"] / ev,
         "round_trips_per_bridge_cpu_s": tot["rt"] / max(1e-9, tot["cpu"]),
         "shard_probes": [{k: o.get(k) for k in ("probe", "send_late_ms", "late_answers", "late_answer_ms",
-                                                 "arrivals")} for o in outs if "probe" in o],
+                                                 "arrivals")} for o in outs if o.get("probe")],
     }  # fmt: skip
 
 
@@ -239,7 +239,8 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
 
     kinds: dict[Any, int] = {}  # per runner: the request sent last
     sent_at: dict[Any, float] = {}  # per runner: wall-clock time its outstanding request went out
-    arrivals = Arrivals(b._udp.sock) if b._udp is not None else None
+    probing = spec.get("probe", True)
+    arrivals = Arrivals(b._udp.sock) if b._udp is not None and probing else None
     measuring = [False]
     on_datagram = DeviceRunner.on_datagram
 
@@ -252,7 +253,8 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
             arrivals.read.append(time.time() - t)
         on_datagram(r, data)
 
-    DeviceRunner.on_datagram = stamped  # type: ignore[method-assign]
+    if arrivals is not None:
+        DeviceRunner.on_datagram = stamped  # type: ignore[method-assign]
 
     def timed_send(r: Any, now: float) -> None:
         sent_at[r] = time.time()
@@ -275,8 +277,9 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     await loop.run_in_executor(None, sys.stdin.readline)
     await asyncio.sleep(spec["warmup"])
     wpid = b.store.proc.pid if isinstance(b.store, StoreProcess) else None
-    probe = LoopProbe()
-    probe.start()
+    probe = LoopProbe() if probing else None
+    if probe is not None:
+        probe.start()
     measuring[0] = True
     del lateness[:], late_answer[:]
 
@@ -288,7 +291,8 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
     s0 = snap()
     await asyncio.sleep(spec["seconds"])
     s1 = snap()
-    probe.stop()
+    if probe is not None:
+        probe.stop()
     measuring[0] = False
     await b.stop()
     if b.failed is not None:
@@ -301,7 +305,8 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
             "devices": len(b.clients),
             "store": spec["store"],
             "mean_ratios": means, "p99_ratios": p99s, "mean_off": mean_off, "p99_off": p99_off,
-            "probe": probe.result(), "send_late_ms": [1e3 * q for q in quantiles(lateness)],
+            "probe": probe.result() if probe is not None else None,
+            "send_late_ms": [1e3 * q for q in quantiles(lateness)],
             "late_answers": len(late_answer),
             "late_answer_ms": [1e3 * q for q in quantiles(late_answer)],
             "arrivals": arrivals.result() if arrivals is not None and arrivals.ok else None}  # fmt: skip

@@ -19,7 +19,7 @@ def busy(seconds: float) -> None:
         pass
 
 
-def test_a_long_callback_and_a_full_collection_are_named_with_their_cpu() -> None:
+def test_a_long_callback_and_a_full_collection_are_named() -> None:
     async def main() -> dict[str, object]:
         probe = LoopProbe(period=0.005, stall=0.05)
         probe.start()
@@ -34,13 +34,13 @@ def test_a_long_callback_and_a_full_collection_are_named_with_their_cpu() -> Non
 
     r = asyncio.run(main())
     names = {n: longest for n, _, _, longest in r["callbacks"]}  # type: ignore[union-attr]
-    assert names["busy"] >= 110  # ms of the loop thread's CPU
+    assert names["busy"] >= 110  # ms
     # the heartbeat was late by at least the callback, and the loop thread ran for that long over it
     # (more lateness than CPU is the machine's other load: the process waiting for a core)
     assert r["late_ms"][3] >= 110  # type: ignore[index]
     assert max(s["cpu"] for s in r["stall_list"]) >= 0.11  # type: ignore[union-attr]
     assert r["gc"]["2"]["count"] >= 1  # type: ignore[index]
-    assert any(n == "busy" and wall >= 110 for _, wall, _, n in r["slow_callbacks"])  # type: ignore[union-attr]
+    assert any(n == "busy" and ms >= 110 for _, ms, n in r["slow_callbacks"])  # type: ignore[union-attr]
 
 
 def test_quantiles_are_nearest_rank_with_the_maximum() -> None:
