@@ -22,7 +22,7 @@ def copy_viper(dst: ptr8, dpos: int, src: ptr8, spos: int, n: int):  # noqa: F82
         i += 1
 
 
-# The ring's write: EventRing.write itself, write_samples through it (_ringpy's write and
+# The ring's write: EventRing.write itself, write_samples through it (_twins' write and
 # write_samples are the bytecode twins and say what they do; the state's slots are ring.py's _S*
 # numbers: 13 the slot size, 14 and 15 the store's address, which the first write puts there: the
 # bytearray never moves, and the ring holds it; 16 where a record starts in its slot). A method call finds only the state by attribute:
@@ -215,7 +215,7 @@ def answer(q: int, crc: int, o: int, st: ptr32, buf: ptr8, cb: ptr8, t: ptr16, k
     return o + 1 - int(cb)
 
 
-# COBS encoding of a serial frame (framing.encode_into has the bytecode twin and says what it does;
+# COBS encoding of a serial frame (framing says what it does; _twins.encode_into is the bytecode twin;
 # same name, so no new qstr). Bytecode costs ~400 cycles per byte on an RP2040: a 1 KB frame was
 # most of the poll-to-answer path. Every argument is required here (viper has no defaults).
 
@@ -247,8 +247,8 @@ def encode_into(src: ptr8, n: int, dst: ptr8, d: int) -> int:  # noqa: F821
     return d
 
 
-# -- the serial receive path in one call: framing.scan says what it does and has the bytecode twin
-# (the same rules: framing.decode_in_place and wire.check, whose codes are the literals here;
+# -- the serial receive path in one call: framing.scan says what it does; _twins.scan_py is the
+# bytecode twin (the same rules: _twins.decode_in_place and wire.check, whose codes are the literals here;
 # both checked on the same streams, tests/mpy/core_runner.py test_scan_vectors). In bytecode a
 # received byte cost ~5,000 cycles on an RP2040 (a POLL ~100,000); the scan, the COBS decode and
 # the check were four calls. Arguments named as the twin's (names a board already has).
@@ -277,7 +277,7 @@ def scan(s: ptr8, h: int, n: int, b: ptr8, k: ptr16, d: ptr16) -> int:  # noqa: 
         r = -8  # E_OVERSIZE
         if k[1] == 0:
             r = 0
-            i = 0  # COBS decode in place (framing.decode_in_place)
+            i = 0  # COBS decode in place (_twins.decode_in_place)
             o = 0
             while i < m:
                 x = b[i]

@@ -9,7 +9,7 @@ DEVICE = (
     "__init__",
     "_compat",
     "_viper",  # native code (viper): the one module a board may refuse (bytecode twins elsewhere)
-    "_ringpy",  # the ring's write in bytecode: loaded only where _viper's native write is missing
+    "_twins",  # the bytecode twins of _viper: loaded only where _viper is missing
     "bufcopy",
     "crc16",
     "wire",

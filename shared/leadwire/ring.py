@@ -118,7 +118,7 @@ class EventRing:
     # write() calls of those payloads, and the caller keeps to those bounds (the agent does: its
     # sensors are checked at boot). Both allocate nothing. On MicroPython where _viper loads,
     # write is a native function itself (one call, no bytecode frame) and write_samples one call
-    # of it; elsewhere they are _ringpy's bytecode (the reference the native write is checked
+    # of it; elsewhere they are _twins' bytecode (the reference the native write is checked
     # against).
     TOO_LARGE = ValueError("event too large")  # what the native write raises
     # (answer_cobs's: an import there would allocate)
@@ -136,8 +136,7 @@ class EventRing:
                 self.write(d, channel | ((k - 1) << 8), -1 - (m | ((b + 1) << 11)))
 
     except (ImportError, SyntaxError, NotImplementedError, ValueError):
-        from leadwire._ringpy import write, write_samples  # type: ignore[misc]
-        from leadwire.framing import encode_into  # type: ignore[misc]
+        from leadwire._twins import encode_into, write, write_samples  # type: ignore[misc]
 
     def _classify(self, hi, lo):
         # Which spec 004 case a poll with n = (hi, lo) is; sets _st[_SD] = (newest - n) mod 2^32

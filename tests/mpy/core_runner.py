@@ -31,7 +31,9 @@ def load(name):
                 break
             line = line.strip().rstrip(",")
             if line and line not in ("[", "]"):
-                yield json.loads(line)
+                v = json.loads(line)
+                line = None  # (its text is not kept while the element is used)
+                yield v
 
 
 def h(s):
@@ -61,19 +63,23 @@ def test_crc16_vectors():
 
 
 def test_cobs_vectors():
-    from leadwire import framing
+    # framing's encoder (native where _viper loads) and its bytecode twin, the decoder, the twins'
+    # encode and decode (the tests' conveniences)
+    from leadwire import _twins, framing
 
     for v in load("cobs.json"):
         raw = h(v["raw"])
         enc = h(v["encoded"])
-        out = bytearray(framing.max_encoded(len(raw)) + 1)
-        end = framing.encode_into(raw, len(raw), out, 0)
-        out[end] = 0
-        eq(bytes(out[: end + 1]), enc, "cobs encode " + v["raw"][:16])
+        for fn in (framing.encode_into, _twins.encode_into):
+            out = bytearray(framing.max_encoded(len(raw)) + 1)
+            end = fn(raw, len(raw), out, 0)
+            out[end] = 0
+            eq(bytes(out[: end + 1]), enc, "cobs encode " + v["raw"][:16])
         buf = bytearray(enc[:-1])
-        m = framing.decode_in_place(buf, len(buf))
+        m = _twins.decode_in_place(buf, len(buf))
         eq(bytes(buf[:m]), raw, "cobs decode " + v["raw"][:16])
-        eq(framing.encode(raw), enc, "framing.encode")
+        eq(_twins.encode(raw), enc, "_twins.encode")
+        eq(_twins.decode(enc[:-1]), raw, "_twins.decode")
 
 
 def test_frame_vectors():
@@ -244,10 +250,10 @@ def test_report_sequence():
 
 
 def test_stream_decoder_resync():
-    from leadwire import codec, framing
+    from leadwire import _twins, codec, framing
 
     d = framing.StreamDecoder()
-    good = framing.encode(codec.encode(codec.Frame(wire.NO_EVENT, 42)))
+    good = _twins.encode(codec.encode(codec.Frame(wire.NO_EVENT, 42)))
     data = b"\x13\x37garbage\x00" + good + good[:4] + b"\x00" + good
     pos = 0
     got = []
@@ -595,10 +601,10 @@ def test_alloc_wire_check_and_crc():
 
 
 def test_alloc_stream_decoder():
-    from leadwire import codec, framing
+    from leadwire import _twins, codec, framing
 
     d = framing.StreamDecoder(1412)
-    data = framing.encode(codec.encode(codec.Frame(wire.POLL, 77, b"\x00\x14\x05\x78")))
+    data = _twins.encode(codec.encode(codec.Frame(wire.POLL, 77, b"\x00\x14\x05\x78")))
 
     def step():
         pos = 0
@@ -657,7 +663,7 @@ def test_offsets_stay_small_across_wrap():
 def test_responder_vectors():
     # device.respond, the device's answering rules, on one link: each frame's result and the
     # frames sent (signed with auth, as the firmware's _send signs), then the endpoint's rejects
-    from leadwire import auth, device, framing
+    from leadwire import _twins, auth, device, framing
     from leadwire.ring import EventRing
 
     # auth off, a second time as a serial link: its COBS buffer at 13, where the ring builds each
@@ -689,7 +695,7 @@ def test_responder_vectors():
             if b is L[13]:  # built COBS-framed: exactly one frame, its delimiter last
                 b = bytes(b[:n])
                 eq((b.find(b"\x00"), n > 1), (n - 1, True), "one COBS frame, its delimiter last")
-                b = framing.decode(b[: n - 1])
+                b = _twins.decode(b[: n - 1])
                 n = len(b)
             elif A is not None and not b[1] & 0x20:
                 n = A[1](b, n)
@@ -712,7 +718,7 @@ def test_scan_vectors():
     # minus its code, a bad COBS run as E_COBS, an overlong frame as E_OVERSIZE
     from array import array
 
-    from leadwire import framing
+    from leadwire import _twins, framing
     from leadwire.crc16 import TABLE
 
     size = framing.max_encoded(1024)  # (a decoder for 1 KB frames: the 2 KB one is oversize)
@@ -721,7 +727,7 @@ def test_scan_vectors():
     got = []
 
     def run(data, ready, f):
-        for fn in (framing.scan, framing.scan_py):
+        for fn in (framing.scan, _twins.scan_py):
             for piece in (1, 7, 64, 5000):
                 del got[:]
                 p = 0
@@ -738,13 +744,16 @@ def test_scan_vectors():
                 eq(got, [ready], "piece %d: %s" % (piece, hexlify(data[:12])))
                 eq((st[0], st[1]), (0, 0), "state after a frame")
 
+    enc = bytearray(3 + framing.max_encoded(wire.OVERHEAD + 2047))  # (one block, made first)
     for v in load("frames.json"):
         f = h(v["encoded"])
-        data = b"\x00\x00" + framing.encode(f)  # delimiters first: empty frames, skipped
-        run(data, len(f) if len(data) - 3 <= size else -wire.E_OVERSIZE, f)
+        n = _twins.encode_into(f, len(f), enc, 2)  # delimiters first: empty frames, skipped
+        enc[n] = 0
+        data = memoryview(enc)[: n + 1]
+        run(data, len(f) if n - 2 <= size else -wire.E_OVERSIZE, f)
         data = v = f = None
     for v in load("bad_frames.json"):
-        run(framing.encode(h(v["data"])), -v["code"], None)
+        run(_twins.encode(h(v["data"])), -v["code"], None)
     run(b"\x05\x01\x00", -wire.E_COBS, None)
     run(b"\x07" * (size + 9) + b"\x00", -wire.E_OVERSIZE, None)
 

@@ -84,7 +84,7 @@ def test_refused_viper_mpy_falls_back_to_bytecode(mpy_lib: Path, tmp_path: Path,
         "import sys\n"
         "from leadwire import bufcopy, crc16, framing, ring\n"
         "print(crc16.crc16 is crc16.crc16_py, bufcopy.copy_into is bufcopy.copy_py,\n"
-        "      'leadwire._viper' in sys.modules, 'leadwire._ringpy' in sys.modules, ring.answer)\n"
+        "      'leadwire._viper' in sys.modules, 'leadwire._twins' in sys.modules, ring.answer)\n"
     )
     r = run_micropython(lib, "-c", probe)
     assert r.stdout.split() == ["True", "True", "False", "True", "None"], r.stdout + r.stderr

@@ -8,10 +8,10 @@ from leadwire import wire
 
 def write(eq):
     # EventRing.write and write_samples as loaded (native where _viper loads) against the bytecode
-    # twins (_ringpy.write, write_samples) on the same calls: every store byte and state slot,
+    # twins (_twins.write, write_samples) on the same calls: every store byte and state slot,
     # for payloads word-aligned and not (the native copy goes by words only when both are),
     # single events and batches, across the slot wrap, the 2^16 half and overruns
-    from leadwire import _ringpy as ring
+    from leadwire import _twins as ring
     from leadwire.ring import EventRing
 
     raw = bytearray(range(0x30, 0x30 + 80))

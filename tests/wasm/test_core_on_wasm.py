@@ -42,7 +42,7 @@ def test_viper_is_refused_and_the_bytecode_twins_run(wasm: Run, mpy_lib: Path) -
         "    print(e)\n"
         "from leadwire import bufcopy, crc16, ring\n"
         "print(crc16.crc16 is crc16.crc16_py, bufcopy.copy_into is bufcopy.copy_py,\n"
-        "      'leadwire._viper' in sys.modules, 'leadwire._ringpy' in sys.modules, ring.answer)\n"
+        "      'leadwire._viper' in sys.modules, 'leadwire._twins' in sys.modules, ring.answer)\n"
     )
     r = wasm(mpy_lib, "-c", code)
     assert r.stdout.splitlines() == ["native code in .mpy unsupported", "True True False True None"], (
