@@ -29,11 +29,11 @@ M32 = 0xFFFFFFFF
 @pytest.mark.parametrize("auth", [False, True], ids=["unsigned", "signed"])
 def test_a_poll_state_error_resets_that_device_only_and_nothing_is_silent(tmp_path: Path, auth: bool) -> None:
     """Device 2's client is made inconsistent so that its next answer is an event its state does not
-    allow (PollStateError). The bridge logs one line, counts it, resets that
-    client from its offsets and goes on; the loop sees no unhandled exception. Then every ring
-    overruns (100 events into 16 slots): each device's store holds 5 + 16 events and one exact
-    overrun loss of 84, stored + counted lost = generated, the same rows for all three devices. Signed
-devices too: the reset's HELLO is a new handshake."""
+        allow (PollStateError). The bridge logs one line, counts it, resets that
+        client from its offsets and goes on; the loop sees no unhandled exception. Then every ring
+        overruns (100 events into 16 slots): each device's store holds 5 + 16 events and one exact
+        overrun loss of 84, stored + counted lost = generated, the same rows for all three devices. Signed
+    devices too: the reset's HELLO is a new handshake."""
 
     async def main() -> tuple[Bridge, SimFleet, list[dict[str, Any]], list[dict[str, Any]]]:
         fleet = await SimFleet(3, rate=0, capacity=16, seed=5, auth=auth).start()
