@@ -31,7 +31,7 @@ import click
 
 from leadwire.tools.benchbridge import bridge_doc
 from leadwire.tools.board import PICO_W_KEY, PICO_W_SSID, PicoBoard, pico_files, pico_missing
-from leadwire.tools.picobench import FRAME, GP_EVENT, bridge_run, goodput, heap_auth, log
+from leadwire.tools.picobench import FRAME, bridge_run, goodput, goodput_config, heap_auth, log
 from leadwire.tools.picohil import configure, flashed_pico
 
 UDP_FRAME = 1472  # the largest UDP frame the agent takes (one Ethernet MTU)
@@ -42,18 +42,7 @@ NET = {**WLAN, "port": 4210}
 
 def udp_goodput(board: PicoBoard, tmp: Path, warmup: float, seconds: float, hz: int) -> dict[str, Any]:
     """Section 1 and 2 over Wi-Fi: the bridge polling the board's UDP port through the AP's NAT."""
-    cfg = {
-        "id": "bench",
-        "auth": False,
-        "ring": 512,
-        "slot": GP_EVENT,
-        "health": {"ms": 0},
-        "report": {"bytes": 64},
-        "serial": False,
-        "udp": {"port": NET["port"], "frame": UDP_FRAME},
-        "wlan": WLAN,
-        "sensors": [{"ch": 1, "hz": hz, "size": GP_EVENT}],
-    }
+    cfg = goodput_config(hz, serial=False, udp={"port": NET["port"], "frame": UDP_FRAME}, wlan=WLAN)
     configure(board, cfg, timeout=120)
     assert board.address is not None
     # the bridge's timeouts are wall time: the emulator runs at ~0.3x when busy

@@ -28,6 +28,21 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def goodput_config(hz: int, **links: Any) -> dict[str, Any]:
+    """The board config of a goodput run: unsigned, a 512-slot ring of GP_EVENT-byte events from one
+    sensor at `hz`, no health or report traffic; `links`: its "serial", "udp" (and "wlan") settings."""
+    return {
+        "id": "bench",
+        "auth": False,
+        "ring": 512,
+        "slot": GP_EVENT,
+        "health": {"ms": 0},
+        "report": {"bytes": 64},
+        **links,
+        "sensors": [{"ch": 1, "hz": hz, "size": GP_EVENT}],
+    }
+
+
 def goodput(
     board: PicoBoard,
     tmp: Path,
@@ -43,18 +58,8 @@ def goodput(
     serial link's "dma" setting (None: the board's default; rp2: on)."""
     line = baud / 10
     hz = min(int(offer * line / (GP_EVENT + 3)), 3000)
-    cfg = {
-        "id": "bench",
-        "auth": False,
-        "ring": 512,
-        "slot": GP_EVENT,
-        "health": {"ms": 0},
-        "report": {"bytes": 64},
-        "udp": False,
-        "serial": {"frame": frame, "baud": baud, **({} if dma is None else {"dma": dma})},
-        "sensors": [{"ch": 1, "hz": hz, "size": GP_EVENT}],
-    }
-    configure(board, cfg)
+    serial = {"frame": frame, "baud": baud, **({} if dma is None else {"dma": dma})}
+    configure(board, goodput_config(hz, udp=False, serial=serial))
     db = tmp / ("goodput-%d-%s.db" % (baud, dma))
     burst_s = 512 * (GP_EVENT + 3) * 10 / baud
     # the bridge's timeouts are wall time: the emulator runs at ~0.3x when busy
