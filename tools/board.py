@@ -757,6 +757,11 @@ class PicoBoard:
         """The board's clock: {"nanos": emulated ns since power-on, "cycles": CPU cycles, ...}."""
         return self._ask("clock", "clock", timeout)
 
+    def set_speed(self, factor: float, timeout: float = 10.0) -> None:
+        """From now on (also across power cycles) the board's clock runs at most `factor` x the wall
+        clock (1: real time, the default): an idle board jumps to its next timer within that."""
+        self._ask("speed %g" % factor, "speed", timeout)
+
     def adc(self, channel: int, values: list[int], timeout: float = 10.0) -> None:
         """The next reads of ADC `channel` (0..4; 4: the temperature sensor) give these 12-bit
         values in order, then the last one for good."""

@@ -19,7 +19,8 @@
 // {"event": "clock", "nanos", "cycles", "instructions"}: the board's own time and CPU cycles),
 // "save" (write --fs-image now), "adc CH V1 V2 ..." (the next reads of ADC channel CH, 0..4 (4: the
 // temperature sensor), give the 12-bit values V1, V2, ... in order, the last one from then on;
-// answers {"event": "adc", "channel", "queued"}), "quit"; Pico W: "ap off", "ap on", "lease-end", "wifi"
+// answers {"event": "adc", "channel", "queued"}), "speed S" (--speed from now on, also across power
+// cycles; answers {"event": "speed", "speed"}), "quit"; Pico W: "ap off", "ap on", "lease-end", "wifi"
 // (answers {"event": "wifi-stats", ...}). EOF on stdin, SIGTERM or SIGINT: save and exit 0.
 //
 // What stock rp2040js lacks for this firmware, and is modelled here: the SPI NOR flash behind the
@@ -415,6 +416,13 @@ class Board {
     this.timer = null;
   }
 
+  setSpeed(speed) { // from now on: emulated time at most wall time x speed (0: as fast as it runs)
+    this.wall0 = process.hrtime.bigint();
+    this.virt0 = this.mcu.clock.nanos;
+    this.opts.speed = speed;
+    this.wake();
+  }
+
   wake() { // host input during an idle sleep: run now
     if (this.idle && this.timer) { this.stop(); this.idle = false; this.timer = setImmediate(() => this.run()); }
   }
@@ -493,6 +501,7 @@ function main() {
     const cmd = line.trim();
     if (cmd === 'power') { emit({ event: 'reset', cause: 'power', boot: board.boots }); board.boot(); }
     else if (cmd === 'clock') emit(board.clock());
+    else if (/^speed \d+(\.\d+)?$/.test(cmd)) { board.setSpeed(Number(cmd.slice(6))); emit({ event: 'speed', speed: board.opts.speed }); }
     else if (cmd === 'save') { board.saveFs(); emit({ event: 'saved' }); }
     else if (cmd === 'quit') quit();
     else if (cmd.startsWith('adc ')) {
