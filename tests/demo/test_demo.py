@@ -130,7 +130,9 @@ def test_ctrl_c_while_the_bridge_runs_leaves_no_process(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     run = Run(["--boards", "2", "--simulated", "10", "--seconds", "30", "--no-spark", "--out", str(out)])
     run.wait_for("bridge: pid", 90)
-    time.sleep(1.5)
+    end = time.monotonic() + 30
+    while time.monotonic() < end and len(leftovers(out)) < 5:
+        time.sleep(0.1)
     info = json.loads((out / "pids.json").read_text())
     assert len(info["procs"]) == 5  # 2 boards, 2 simulator processes, the bridge
     assert len(leftovers(out)) >= 5  # they are alive and found
