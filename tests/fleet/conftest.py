@@ -1,9 +1,19 @@
-"""Fleet job test fixtures: ONE SparkSession (one JVM) for the whole test run, and row factories."""
+"""Fleet job test fixtures: ONE SparkSession (one JVM) for the whole test run, a Spark Connect
+server and a standalone cluster each started once for this package (tests that need them share
+them), and row factories."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,8 +23,11 @@ pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
 from leadwire.fleet.schema import spark_schema  # noqa: E402
+from leadwire.fleet.session import C1_ONLY  # noqa: E402
 
 T0 = dt.datetime(2026, 1, 1, 0, 0, tzinfo=dt.UTC)
+SPARK_HOME = Path(pyspark.__file__).parent
+BOOT_TIMEOUT = 240  # seconds for a Connect server or a cluster to come up on a loaded 2-core machine
 
 
 @pytest.fixture(scope="session")
@@ -83,3 +96,136 @@ def arrivals_df(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
 def table_df(spark: SparkSession, table: str, rows: list[dict[str, Any]]) -> DataFrame:
     schema = spark_schema(table, with_partition=False)
     return spark.createDataFrame([tuple(r.get(f.name) for f in schema.fields) for r in rows], schema)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Jvms:
+    """Spark processes started by the tests (pyspark's bin/ scripts), each in its own process group
+    with its log in `base`; stop() ends them all (SIGTERM, SIGKILL after 20 s). The JVMs run small
+    exports: C1 only (session.C1_ONLY), as leadwire's own local sessions on a small input."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+                    "SPARK_DAEMON_JAVA_OPTS": C1_ONLY}  # fmt: skip
+        self.env.pop("SPARK_CONF_DIR", None)
+
+    def start(self, name: str, script: str, *args: str) -> None:
+        with open(self.base / (name + ".log"), "wb") as log:
+            self.procs.append(
+                subprocess.Popen([str(SPARK_HOME / "bin" / script), *args], stdout=log,
+                                 stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+            )  # fmt: skip
+
+    def wait(self, ready: Callable[[], bool], what: str, timeout: float = BOOT_TIMEOUT) -> None:
+        """Poll `ready` every 0.2 s until it holds; fail naming `what` when a process exits first or
+        the time is up."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert all(p.poll() is None for p in self.procs), "a Spark process exited: logs in %s" % self.base
+            assert time.monotonic() < deadline, "%s not within %d s: logs in %s" % (what, timeout, self.base)
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class ConnectServer:
+    """A Spark Connect server (local[2]) on 127.0.0.1, starting in the background."""
+
+    def __init__(self, jvms: Jvms) -> None:
+        self.jvms = jvms
+        self.port = free_port()
+        jvms.start(
+            "connect", "spark-submit",
+            "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--master", "local[2]",
+            "--driver-memory", "1g",
+            "--driver-java-options", C1_ONLY,
+            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf", "spark.connect.grpc.binding.port=%d" % self.port,
+            "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.sql.warehouse.dir=%s" % (jvms.base / "warehouse"),
+            "--conf", "spark.sql.shuffle.partitions=2",
+        )  # fmt: skip
+
+    def url(self) -> str:
+        """The server's sc:// URL, once it listens."""
+        self.jvms.wait(lambda: _listening(self.port), "the Connect server listening")
+        return "sc://127.0.0.1:%d" % self.port
+
+
+class StandaloneCluster:
+    """A Spark standalone master and two workers (1 core, 2g each, their own work directories),
+    starting in the background."""
+
+    WORKERS = 2
+
+    def __init__(self, jvms: Jvms) -> None:
+        self.jvms = jvms
+        port, self.ui = free_port(), free_port()
+        self.master = "spark://127.0.0.1:%d" % port
+        jvms.start("master", "spark-class", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                   "--port", str(port), "--webui-port", str(self.ui))  # fmt: skip
+        self.work = [jvms.base / ("worker%d" % i) for i in range(1, self.WORKERS + 1)]
+        for i, work in enumerate(self.work, 1):
+            work.mkdir()
+            jvms.start("worker%d" % i, "spark-class", "org.apache.spark.deploy.worker.Worker",
+                       "--host", "127.0.0.1", "--cores", "1", "--memory", "2g", "--work-dir", str(work),
+                       "--webui-port", str(free_port()), self.master)  # fmt: skip
+
+    def _alive_workers(self) -> int:
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/json/" % self.ui, timeout=5) as r:
+                return int(json.load(r).get("aliveworkers", 0))
+        except OSError:
+            return 0
+
+    def url(self) -> str:
+        """The master's URL, once both workers have registered."""
+        self.jvms.wait(lambda: self._alive_workers() == self.WORKERS, "the cluster's workers registered")
+        return self.master
+
+    def apps(self) -> list[set[str]]:
+        """Per worker, the applications that ran executors there (their work directories)."""
+        return [{p.name for p in w.iterdir()} for w in self.work]
+
+
+@pytest.fixture(scope="package")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """The package's Spark Connect server (stopped after the package's last test)."""
+    pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect] (grpcio)")
+    jvms = Jvms(tmp_path_factory.mktemp("connect"))
+    try:
+        yield ConnectServer(jvms)
+    finally:
+        jvms.stop()
+
+
+@pytest.fixture(scope="package")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """The package's standalone cluster (every JVM stopped after the package's last test)."""
+    jvms = Jvms(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield StandaloneCluster(jvms)
+    finally:
+        jvms.stop()
