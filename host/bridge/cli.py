@@ -110,6 +110,11 @@ def bridge(config_path: str, check: bool, duration: float, log_format: str | Non
     sys.exit(asyncio.run(run_bridge(cfg, duration, log_format)))
 
 
+def _shown(name: str, default: float, kind: click.ParamType, help_text: str) -> Any:
+    """An option whose --help shows its default."""
+    return click.option(name, default=default, show_default=True, type=kind, help=help_text)
+
+
 def _store_path(config_path: str | None, store: str | None) -> str:
     if store:
         return store
@@ -236,20 +241,10 @@ def status(config_path: str | None, store: str | None, as_json: bool) -> None:
 @click.option("--store", type=click.Path(dir_okay=False), help="the store file (instead of --config)")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="export directory")
 @click.option("--since", default=None, help="only partitions from this date (YYYY-MM-DD or ISO time, UTC)")
-@click.option(
-    "--compact-files",
-    default=8,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="merge a day's small files of this bridge when they would exceed this many",
-)
-@click.option(
-    "--retain-days",
-    default=7.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="days run manifests and replaced day versions are kept (run an incremental fleet job more often)",
-)
+@_shown("--compact-files", 8, click.IntRange(min=1),
+        "merge a day's small files of this bridge when they would exceed this many")  # fmt: skip
+@_shown("--retain-days", 7.0, click.FloatRange(min=0), "days run manifests and replaced day versions "
+        "are kept (run an incremental fleet job more often)")  # fmt: skip
 @click.option(
     "--repair", is_flag=True, help="clean up after a crashed export or a damaged manifest; exports nothing"
 )
