@@ -85,13 +85,18 @@ def write(self, d: ptr8, channel: int, m: int):  # noqa: F821
         s[2] = m >> 8
         s[3] = m
         channel = m  # bytes left, copied from the end
-        if ((a + 4) | int(d)) & 3 == 0:  # word copies
-            while channel & 3 != 0:
+        if ((a + 4) | int(d)) & 3 == 0:  # word copies, 16 bytes a turn
+            while channel & 15 != 0:
                 channel -= 1
                 s[4 + channel] = d[channel]
             while channel > 0:
-                channel -= 4
-                ptr32(a + 4 + channel)[0] = ptr32(int(d) + channel)[0]
+                channel -= 16
+                g = ptr32(a + channel)
+                p = ptr32(int(d) + channel)
+                g[1] = p[0]
+                g[2] = p[1]
+                g[3] = p[2]
+                g[4] = p[3]
         while channel > 0:
             channel -= 1
             s[4 + channel] = d[channel]
