@@ -32,15 +32,18 @@ BOOT_TIMEOUT = 240  # seconds for a Connect server or a cluster to come up on a 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    from leadwire.fleet.job import build_session
+    """The run's SparkSession, launched as leadwire launches its own on a small input (the tests'
+    exports are): C1 only, and the class-data archive (made once per machine at a session's end,
+    mapped by every later JVM start; jvm_archive): short jobs on small data are mostly the JVM
+    compiling Spark, and C2 is the larger share of that CPU (session.SMALL_INPUT_CONF)."""
+    from leadwire.fleet.session import local_session
 
     extra = {
         "spark.default.parallelism": "2",
         "spark.sql.warehouse.dir": "/tmp/leadwire-fleet-tests-warehouse",
     }
-    session = build_session("local[2]", 2, "1g", "leadwire-fleet-tests", adaptive=False, extra=extra)
-    yield session
-    session.stop()
+    with local_session("local[2]", 0, 2, "1g", "leadwire-fleet-tests", adaptive=False, extra=extra) as ls:
+        yield ls.spark
 
 
 ARRIVAL_DEFAULTS: dict[str, Any] = {
