@@ -49,16 +49,21 @@ def build_tables(
     exact_max_values: int = T.EXACT_MAX_VALUES,
     log: Any = None,
 ) -> dict[str, DataFrame]:
-    """All output tables as DataFrames over ONE scan and ONE exchange of the arrivals.
+    """All output tables as DataFrames over one scan of the arrivals per part of the stage, and
+    one exchange of the arrival rows.
 
-    The channel windows, the per-device latency percentiles and the latency multiset all come from
-    the arrivals hash-partitioned by device (`dev`, passed through `keep`: run_job persists it
-    until the stage is computed). They read different columns of it, so without keeping it the
-    optimizer would prune each branch's scan differently and Spark could not reuse the exchange:
-    two scans, two shuffles. They are stacked into one DataFrame and passed through `cut`
-    (run_job: computed once and its lineage cut, so that the plans of the tables read from it stay
-    small: with the whole per-arrival plan under every join, planning them cost more than running
-    them). Everything else reads those results: thousands of rows, not millions.
+    The channel windows come from the arrivals hash-partitioned by device (`dev`: the lead-domain
+    windows run on that partitioning, no further exchange). The latency values and the rollout
+    inputs read the export again, each only its few columns, aggregated partially in the scan's
+    tasks; the per-device latency percentiles have an exchange by device of three columns. That
+    costs less than keeping `dev` for several readers: an in-memory cache of every arrival column
+    cost more CPU to build than the scans and the narrow exchange it saved (docs/design/
+    fleet-job.md). Only the bucketed shapes keep `dev` (`keep`: run_job persists it until the
+    stage is computed): their carried state and second pass both read the first pass. Every part
+    is stacked into one DataFrame and passed through `cut` (run_job: computed once and its lineage
+    cut, so that the plans of the tables read from it stay small: with the whole per-arrival plan
+    under every join, planning them cost more than running them). Everything else reads those
+    results: thousands of rows, not millions.
 
     Fleet-level latency percentiles (latency, summary, by_firmware, by_transport) are exact for
     groups of at most exact_max_values values and approximate above (transforms.APPROX_ACCURACY).
@@ -70,33 +75,32 @@ def build_tables(
     log = log or (lambda msg: None)
     dates = dates or DateRange()
     since, until = dates.since_us(), dates.until_us()
-    # the first lead-domain pass (bounded buckets) keeps every arrival column: it is what the
-    # windows, the carried state and the latency all read, so it is the one persisted
     span, big, total = profile_input(inputs.arrivals, since, until, exact_max_values)
     shape = lead_shape(inputs.arrivals, span, total, log)
-    dev = keep(first_pass(T.transform_arrivals(inputs.arrivals, window_seconds), shape))
+    arr = T.transform_arrivals(inputs.arrivals, window_seconds)
     if shape == WHOLE:  # no device has more arrivals than a bucket holds: fewer steps
+        dev = first_pass(arr, shape)
         rows = T.transform_order(T.transform_leads(dev, None), None)
-    else:
+    else:  # the first pass (bounded buckets) is read twice: by the carried state and the join
+        dev = keep(first_pass(arr, shape))
         rows = T.transform_order(T.transform_lead_carry(dev, broadcast=shape == HOT), T.BUCKET_BITS)
     log(
         "latency percentiles approximate for %s"
         % (", ".join("%s %s %s" % g for g in sorted(big, key=str)) or "no group")
     )
     rows = rows.where(T.in_range(F.col("rx_us"), since, until))
-    values = T.transform_latency_values(dev.where(T.in_range(F.col("rx_us"), since, until)))
+    counted = arr.where(T.in_range(F.col("rx_us"), since, until))
+    values = T.transform_latency_values(counted)
     started = F.unix_micros("started_ts")
     parts = {
         "cw": T.transform_channel_windows(rows, with_mismatches=True),
-        "lat_dev": T.transform_device_latency(values),
+        "lat_dev": T.transform_device_latency(T.transform_latency_values(T.transform_by_device(counted))),
         "lat": T.transform_latency_counts(values.where(exact_rows(big))),
         # recoveries and restarts (small inputs) in the same job: one job, not three
         "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
         "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
-        # what the rollout tables read from the arrivals: computed here, the arrivals read once
-        **R.rollout_inputs(
-            dev.where(T.in_range(F.col("rx_us"), since, until)), R.rollout_window(window_seconds)
-        ),
+        # what the rollout tables read from the arrivals: computed with the stage
+        **R.rollout_inputs(counted, R.rollout_window(window_seconds)),
     }
     approx = T.transform_latency_groups(values, big)
     if approx is not None:  # counts and approximate percentiles of the large fleet-level groups
@@ -200,9 +204,9 @@ def lead_shape(arrivals: DataFrame, span: int, total: int, log: Any) -> str:
 def first_pass(arr: DataFrame, shape: str) -> DataFrame:
     """transform_arrivals output shuffled for the lead-domain passes (the one shuffle of the
     arrivals), and for BUCKETS and HOT the first pass per (domain, arrival bucket), which keeps
-    every arrival column: the carried state, the second pass and the latency read it (the job
-    persists it). HOT: shuffled by (device, arrival bucket), so that a hot device's rows spread
-    over the tasks (its carried state is then broadcast to them)."""
+    every arrival column: the carried state and the second pass read it (the job persists it).
+    HOT: shuffled by (device, arrival bucket), so that a hot device's rows spread over the tasks
+    (its carried state is then broadcast to them)."""
     if shape == WHOLE:
         return T.transform_by_device(arr)
     if shape == HOT:

@@ -91,13 +91,13 @@ def stage_extract(run: Run) -> None:
 
 
 def stage_tables(run: Run) -> None:
-    """Every table as a DataFrame; the per-arrival stage computed (one scan, one shuffle); the
+    """Every table as a DataFrame; the per-arrival stage computed (one shuffle of the arrival rows); the
     devices table collected (the report reads it, the row count comes from it)."""
     import pyarrow.compute as pc
 
     spec = run.spec
     assert run.inputs is not None
-    with run.prog.stage("leads, ordering, channel windows, devices (one scan, one shuffle)"):
+    with run.prog.stage("leads, ordering, channel windows, devices (one shuffle of the arrivals)"):
         run.tables = build_tables(
             run.inputs,
             spec.window_seconds,
