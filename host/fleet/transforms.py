@@ -471,53 +471,54 @@ def transform_channel_windows(rows: DataFrame, with_mismatches: bool = False) ->
 
     with_mismatches: one more column, `mismatch_rows`, the MISMATCH_COLS structs of the window's
     rows that disagree with the bridge (usually empty), so that they come out of the same pass
-    over the per-arrival rows (transform_window_mismatches takes them out)."""
+    over the per-arrival rows (transform_window_mismatches takes them out). A `collect_list`
+    over every row would make the whole aggregation Spark's interpreted ObjectHashAggregate; so
+    each mismatching row is a group of its own (its struct is a grouping key, null for every
+    other row) in the generated HashAggregate, and a second aggregation of those groups (one per
+    window, one more per mismatching row; on the same partitioning: no exchange) adds them up per
+    window and lists the structs."""
     bad = "(lead != lead_calc OR duplicate != dup_calc)"
-    extra = (
-        [
-            F.expr(
-                "collect_list(CASE WHEN %s THEN struct(%s) END) AS mismatch_rows"
-                % (bad, ", ".join(_bq(MISMATCH_COLS)))
-            )
-        ]
-        if with_mismatches
-        else []
-    )
     e = F.expr
-    return (
-        rows.groupBy(*DIMS)
-        .agg(
-            e("count(1) AS messages"),
-            _nx("NOT dup_calc", "unique"),
-            _nx("dup_calc", "duplicates"),
-            _nx("duplicate", "duplicate_flagged"),
-            _nx("duplicate != dup_calc", "dup_flag_mismatches"),
-            _nx("retransmission", "retransmissions"),
-            _nx("late", "late"),
-            e("sum(lateness_seq) AS lateness_seq_sum"),
-            e("max(lateness_seq) AS lateness_seq_max"),
-            e("max(lateness_us) AS lateness_us_max"),
-            e("CAST(sum(reorder_depth) AS BIGINT) AS reorder_depth_sum"),
-            e("CAST(max(reorder_depth) AS BIGINT) AS reorder_depth_max"),
-            _nx("lead_calc = 1", "lead_eq1"),
-            _nx("lead_calc = 0", "lead_eq0"),
-            _nx("lead_calc > 1", "lead_gt1"),
-            _nx("lead_calc < 0", "lead_lt0"),
-            e("CAST(sum(CASE WHEN lead_calc > 1 THEN lead_calc - 1 ELSE 0 END) AS BIGINT) AS skipped"),
-            e("CAST(sum(gap_after) AS BIGINT) AS lost"),
-            e("CAST(sum(report_head_missing) AS BIGINT) AS report_head_missing"),
-            _nx("lead != lead_calc", "lead_mismatches"),
-            e("CAST(sum(payload_bytes) AS BIGINT) AS payload_bytes"),
-            *(_nx(_bucket_sql("lead_calc", i), c) for i, c in enumerate(HIST_COLS)),
-            *extra,
-        )
-        .selectExpr(
-            *_bq(DIMS),
-            *_bq(COUNT_COLS),
-            "CASE WHEN `unique` + lost > 0 THEN lost / (`unique` + lost) ELSE 0D END AS loss_rate",
-            *_bq(HIST_COLS),
-            *(["mismatch_rows"] if with_mismatches else []),
-        )
+    counts = [
+        e("count(1) AS messages"),
+        _nx("NOT dup_calc", "unique"),
+        _nx("dup_calc", "duplicates"),
+        _nx("duplicate", "duplicate_flagged"),
+        _nx("duplicate != dup_calc", "dup_flag_mismatches"),
+        _nx("retransmission", "retransmissions"),
+        _nx("late", "late"),
+        e("sum(lateness_seq) AS lateness_seq_sum"),
+        e("max(lateness_seq) AS lateness_seq_max"),
+        e("max(lateness_us) AS lateness_us_max"),
+        e("CAST(sum(reorder_depth) AS BIGINT) AS reorder_depth_sum"),
+        e("CAST(max(reorder_depth) AS BIGINT) AS reorder_depth_max"),
+        _nx("lead_calc = 1", "lead_eq1"),
+        _nx("lead_calc = 0", "lead_eq0"),
+        _nx("lead_calc > 1", "lead_gt1"),
+        _nx("lead_calc < 0", "lead_lt0"),
+        e("CAST(sum(CASE WHEN lead_calc > 1 THEN lead_calc - 1 ELSE 0 END) AS BIGINT) AS skipped"),
+        e("CAST(sum(gap_after) AS BIGINT) AS lost"),
+        e("CAST(sum(report_head_missing) AS BIGINT) AS report_head_missing"),
+        _nx("lead != lead_calc", "lead_mismatches"),
+        e("CAST(sum(payload_bytes) AS BIGINT) AS payload_bytes"),
+        *(_nx(_bucket_sql("lead_calc", i), c) for i, c in enumerate(HIST_COLS)),
+    ]
+    if with_mismatches:
+        mm = "CASE WHEN %s THEN struct(%s) END AS _mm" % (bad, ", ".join(_bq(MISMATCH_COLS)))
+        groups = rows.selectExpr("*", mm).groupBy(*DIMS, "_mm").agg(*counts)
+        folded = [
+            e("%s(`%s`) AS `%s`" % ("max" if c in MAX_COLS else "sum", c, c))
+            for c in [*COUNT_COLS, *HIST_COLS]
+        ]
+        agg = groups.groupBy(*DIMS).agg(*folded, e("collect_list(_mm) AS mismatch_rows"))
+    else:
+        agg = rows.groupBy(*DIMS).agg(*counts)
+    return agg.selectExpr(
+        *_bq(DIMS),
+        *_bq(COUNT_COLS),
+        "CASE WHEN `unique` + lost > 0 THEN lost / (`unique` + lost) ELSE 0D END AS loss_rate",
+        *_bq(HIST_COLS),
+        *(["mismatch_rows"] if with_mismatches else []),
     )
 
 
