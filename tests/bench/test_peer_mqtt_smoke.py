@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.micropython]
 
 def test_peer_mqtt_smoke(tmp_path: Path) -> None:
     cmd = [sys.executable, str(BENCH), "--quick", "--events", "3000", "--lw-rates", "64:2000",
-           "--seconds", "8", "--nagle-seconds", "1", "--lw-seconds", "2", "--out", str(tmp_path)]  # fmt: skip
+           "--seconds", "4", "--nagle-seconds", "1", "--lw-seconds", "2", "--out", str(tmp_path)]  # fmt: skip
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
     last = (r.stderr.strip().splitlines() or [""])[-1]
     if r.returncode == 2 and last.startswith("peer_mqtt_bench: "):  # cannot run here (not a usage error)
