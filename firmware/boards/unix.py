@@ -74,6 +74,9 @@ def _trace():
             self._p = 0  # paused
 
         def write(self, payload, channel=0, length=-1):
+            if length < -1:  # EventRing.write_samples's own call of the native write: taken below
+                EventRing.write(self, payload, channel, length)
+                return
             self.write_samples(payload, channel, len(payload) if length < 0 else length, 1, -1)
 
         def write_samples(self, payload, channel, n, count, start):
