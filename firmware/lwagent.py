@@ -397,7 +397,7 @@ class Agent:
                 while p < n:
                     heap_lock()  # 0 bytes: the scan (native: one call), and auth off the answer
                     try:
-                        p = scan(rb, p, n, f, st, TABLE)
+                        p = scan(rb, p, n, f, st, TABLE)  # type: ignore[arg-type]  # ptr16: an array
                         k = st[_READY]  # > 0: a checked frame of k bytes in f; < 0: a bad one
                         m = respond(L, f, k, None, ring, _send) if k > 0 and A is None else 0
                     finally:

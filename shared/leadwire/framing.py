@@ -91,7 +91,7 @@ class StreamDecoder:
         Afterwards `ready` is > 0 when a valid frame of that length is in self.frame, < 0 (minus
         an E_* code) when a bad frame was dropped, 0 when more bytes are needed.
         """
-        pos = scan(data, pos, end, self.frame, self.st, TABLE)
+        pos = scan(data, pos, end, self.frame, self.st, TABLE)  # type: ignore[arg-type]  # viper's ptr8/ptr16 are buffers
         r = self.st[2]
         self.ready = r
         if r > 0:
