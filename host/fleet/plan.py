@@ -55,7 +55,8 @@ def build_tables(
     The channel windows come from the arrivals hash-partitioned by device (`dev`: the lead-domain
     windows run on that partitioning, no further exchange). The latency values and the rollout
     inputs read the export again, each only its few columns, aggregated partially in the scan's
-    tasks; the per-device latency percentiles have an exchange by device of three columns. That
+    tasks; the per-device latency percentiles have an exchange by device of three columns (the
+    bucketed shapes: they read the kept first pass). That
     costs less than keeping `dev` for several readers: an in-memory cache of every arrival column
     cost more CPU to build than the scans and the narrow exchange it saved (docs/design/
     fleet-job.md). Only the bucketed shapes keep `dev` (`keep`: run_job persists it until the
@@ -91,10 +92,18 @@ def build_tables(
     rows = rows.where(T.in_range(F.col("rx_us"), since, until))
     counted = arr.where(T.in_range(F.col("rx_us"), since, until))
     values = T.transform_latency_values(counted)
+    # per-device percentiles on rows partitioned by device: the shuffle of three columns, or in
+    # the bucketed shapes the persisted first pass (by device and bucket: partial aggregates, so
+    # that a hot device's values are not one task's)
+    by_device_counted = (
+        T.transform_by_device(counted)
+        if shape == WHOLE
+        else dev.where(T.in_range(F.col("rx_us"), since, until))
+    )
     started = F.unix_micros("started_ts")
     parts = {
         "cw": T.transform_channel_windows(rows, with_mismatches=True),
-        "lat_dev": T.transform_device_latency(T.transform_latency_values(T.transform_by_device(counted))),
+        "lat_dev": T.transform_device_latency(T.transform_latency_values(by_device_counted)),
         "lat": T.transform_latency_counts(values.where(exact_rows(big))),
         # recoveries and restarts (small inputs) in the same job: one job, not three
         "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
