@@ -796,7 +796,7 @@ def fleet_phase(tmp: Path, args: SimpleNamespace, writers: list[str], res: dict[
                 for code in codes if i % 2 == 0 else codes[::-1]:
                     r = fleet_shards.run(tmp, devices, hz, rate, shards, writer, code, 3.0, args.seconds,
                                          args.fleet_commit, auth=not args.fleet_no_auth,
-                                         probe=args.fleet_probe)  # fmt: skip
+                                         probe=args.fleet_probe, hello=args.fleet_hello_interval)  # fmt: skip
                     r["load"] = loadavg()
                     r["rate"] = rate
                     runs.append(r)
@@ -959,6 +959,12 @@ def adaptive_phase(res: dict[str, Any]) -> None:
 @click.option("--rtcost-devices", type=int, default=5000, help="devices in the rtcost phase (one goal shard)")
 @click.option("--fleet-commit", type=float, default=0.1, help="commit_interval of the 10 Hz run (s)")
 @click.option("--fleet-no-auth", is_flag=True, help="the 10 Hz fleet with auth = false")
+@click.option(
+    "--fleet-hello-interval",
+    type=float,
+    default=None,
+    help="polling.hello_interval of the fleet runs (s; default: the bridge's, 10 s)",
+)
 @click.option(
     "--fleet-probe/--no-fleet-probe",
     default=True,

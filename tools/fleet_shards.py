@@ -41,16 +41,18 @@ if TYPE_CHECKING:  # a shard may run another tree's code (--before): only the pa
 U32 = 0xFFFFFFFF
 
 
-def polling(hz: float, timeout: float) -> dict[str, Any]:
-    """A fixed poll interval of 1 / hz (adaptive polling off), batches of up to 64 events."""
+def polling(hz: float, timeout: float, hello: float | None = None) -> dict[str, Any]:
+    """A fixed poll interval of 1 / hz (adaptive polling off), batches of up to 64 events; the
+    periodic HELLO every `hello` s (None: the bridge's default)."""
     iv = 1.0 / hz
     return {"adaptive": False, "interval": iv, "interval_min": iv, "interval_max": iv, "batch": 64,
-            "timeout": timeout}  # fmt: skip
+            "timeout": timeout, **({"hello_interval": hello} if hello else {})}  # fmt: skip
 
 
 def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: str, code: str | None,
         warmup: float, seconds: float, commit: float, auth: bool = True, sim_procs: int = 0,
-        payload: int = 64, timeout: float = 0.5, probe: bool = True) -> dict[str, Any]:  # fmt: skip
+        payload: int = 64, timeout: float = 0.5, probe: bool = True,
+        hello: float | None = None) -> dict[str, Any]:  # fmt: skip
     """One fleet run: `devices` simulated devices (`rate` events/s each) polled at `hz` by `shards`
     bridge processes; the shards' figures added up, the simulators' CPU over the same window."""
     from leadwire.tools.loopprobe import process_schedstat  # the parent's: this tree's
@@ -66,7 +68,8 @@ def run(tmp: Path, devices: int, hz: float, rate: float, shards: int, writer: st
                 with os.fdopen(fd, "w") as f:
                     json.dump({"devices": fleet.devices, "shard": [i, shards], "hz": hz, "writer": writer,
                                "store": str(tmp / ("fleet-%d.db" % i)), "commit": commit, "warmup": warmup,
-                               "seconds": seconds, "timeout": timeout, "probe": probe}, f)  # fmt: skip
+                               "seconds": seconds, "timeout": timeout, "probe": probe, "hello": hello},
+                              f)  # fmt: skip
                 env = {**os.environ, "PYTHONPATH": code} if code else None
                 workers.append(subprocess.Popen([sys.executable, __file__, str(spec)], stdin=subprocess.PIPE,
                                                 stdout=subprocess.PIPE, text=True, env=env))  # fmt: skip
@@ -226,7 +229,7 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
         "bridge": {"id": "bench-%d" % i, "metrics": "", "shard": "%d/%d" % (i, k)},
         "store": {"path": spec["store"], "commit_interval": spec["commit"],
                   **({"writer": spec["writer"]} if spec["writer"] != "process" else {})},
-        "polling": polling(spec["hz"], spec["timeout"]),
+        "polling": polling(spec["hz"], spec["timeout"], spec.get("hello")),
         "device": [{"id": d["id"], "udp": d["udp"], "timestamp": "prefix_us",
                     **({"key": d["key"]} if "key" in d else {"auth": False})} for d in spec["devices"]],
     }  # fmt: skip
