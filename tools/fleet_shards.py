@@ -8,9 +8,10 @@ Every shard is a process running this file on a JSON spec: it starts its bridge,
 waits for ``go`` on stdin (so all shards measure the same window), lets the fleet settle for
 ``warmup`` seconds, then measures for ``seconds``: the CPU of its own process and of its store
 writer process, the round trips, timeouts and events of its clients, and the time of every POLL
-each device got (the poll intervals; a HELLO every ``polling.hello_interval`` is a round trip, not
-a poll). After a clean stop it writes them as JSON beside its spec (``.out``). The parent
-measures the simulators' CPU over the same window and checks every store with this tree's
+each device got (the poll intervals; a HELLO is a round trip, not a poll: the periodic one, every
+``polling.hello_interval`` for a device without a key, goes between two POLLs). After a clean stop
+it writes them as JSON beside its spec (``.out``). The parent measures the simulators' CPU over
+the same window and checks every store with this tree's
 host/bridge/accounting.py (``silent``: offsets neither stored nor counted lost, plus any stored
 twice, counted twice or never generated), whatever code wrote it.
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # a shard may run another tree's code (--before): only the pa
     from leadwire.bridge.store_reader import StoreReader
 
 U32 = 0xFFFFFFFF
+PERIODIC = -1  # (per runner, the request sent last:) the periodic HELLO, sent between two POLLs
 
 
 def polling(hz: float, timeout: float, hello: float | None = None) -> dict[str, Any]:
@@ -261,12 +263,13 @@ async def shard(spec: dict[str, Any]) -> dict[str, Any]:
 
     def timed_send(r: Any, now: float) -> None:
         sent_at[r] = time.time()
+        periodic = getattr(r, "hello_next", False)  # the periodic HELLO, between two POLLs
         send(r, now)
         kind = kinds.get(r)
-        kinds[r] = r.client.outstanding
+        kinds[r] = PERIODIC if periodic else r.client.outstanding
         if r.client.outstanding != REQ_POLL:
-            return  # a HELLO (every polling.hello_interval, the POLL right after it) is not a poll
-        if kind == REQ_POLL:  # (the POLL right after a HELLO is due when the HELLO went out)
+            return  # a HELLO is not a poll
+        if kind in (REQ_POLL, PERIODIC):  # (a POLL right after another HELLO is due when that went out)
             (late_answer if r.last_rx > r.due else lateness).append(now - r.due)
         ts = sends.get(r)
         if ts is None:

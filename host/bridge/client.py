@@ -259,10 +259,10 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
 
     # -- requests ------------------------------------------------------------------------
 
-    def request_bytes(self, now_s: float) -> bytes:
+    def request_bytes(self, now_s: float, hello: bool = False) -> bytes:
         """The next request as bytes on the wire: request(), signed when the device has a key (a
         HELLO carries a fresh random nonce in its seq and starts a new session)."""
-        f = self.request(now_s)
+        f = self.request(now_s, hello)
         ep = self.auth
         if ep is None:
             return codec.encode(f)
@@ -315,18 +315,19 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
             self.dirty = True
         return code
 
-    def request(self, now_s: float) -> codec.Frame:
-        """The next frame to send (HELLO, SUBSCRIBE or POLL(n)); it becomes the outstanding request."""
+    def request(self, now_s: float, hello: bool = False) -> codec.Frame:
+        """The next frame to send (HELLO, SUBSCRIBE or POLL(n)); it becomes the outstanding request.
+        hello: the periodic HELLO (periodic_hello said it is due), sent between two POLLs; a
+        timeout of it leaves the next request a POLL."""
         pc = self.pc
         if self.auth is not None and not self.auth.live:
             pc.ask_hello()  # no session: every request before the handshake would be refused
         if self.need_subscribe and pc.polling and not pc.hello_due:
             return self._subscribe_request()
-        if now_s - self._last_hello_s >= self.poll_cfg.hello_interval:
-            pc.ask_hello()  # periodic: catches a restart of a device whose ring is empty
         self._burst_events = 0
         self._plan_poll()
-        f = pc.next_request(self.poll_cfg.batch, self.poll_cfg.max_bytes, self.poll_cfg.frames)
+        p = self.poll_cfg
+        f = pc.next_request(p.batch, p.max_bytes, p.frames, hello)
         if f.type == wire.POLL:
             self.outstanding = REQ_POLL
             self.dc["polls"] += 1
@@ -337,6 +338,28 @@ class DeviceClient(RequestTiming, PushSessions, Rows):
             self.outstanding = REQ_HELLO
         self._arm(f, now_s)
         return f
+
+    def periodic_hello(self, now_s: float) -> bool:
+        """Whether a periodic HELLO is due: every ``hello_interval``, for a device without a key,
+        whose restart with an empty ring is seen nowhere else (its new boot answers a POLL with
+        NO_EVENT: spec 004's note). The caller sends it between two POLLs (``request(hello=True)``),
+        never in a POLL's slot, so the POLLs keep their times.
+
+        A device with a key needs none: a new boot has no session and refuses every POLL of the
+        session before (auth.py), and a board says so with its boot HELLO (device.py, respond), on
+        which the next request is the handshake; a device that does not is silent, and three silent
+        rounds bring the HELLO (timing.py). A periodic HELLO would cost it a new session each time:
+        a device keeps its session only for a copy of the current session's HELLO request, and
+        answers it as it answered the first (counter 0), which a host cannot tell from a replay."""
+        pc = self.pc
+        return (
+            self.auth is None
+            and pc.polling
+            and not pc.hello_due
+            and not self.outstanding
+            and not self.need_subscribe
+            and now_s - self._last_hello_s >= self.poll_cfg.hello_interval
+        )
 
     def on_bad_frame(self, code: int) -> None:
         self.dc["crc_errors" if code == wire.E_CRC else "bad_frames"] += 1

@@ -300,6 +300,8 @@ class DeviceRunner:
         self.sent = 0.0  # loop time the outstanding request went out
         self.due = 0.0  # loop time it was due (the timer wakes late: sent >= due)
         self.last_rx = 0.0  # loop time of the last frame received (a burst in progress keeps its deadline)
+        self.hello_next = False  # the request due next is the periodic HELLO (Scheduler.answered)
+        self.poll_at: float | None = None  # while it is due or out: the due time of the POLL after it
         self.reach = Reach(client.device_id, cfg.transport, self.address, cfg.auth, client.dc)
         self.suspect = True  # no valid answer yet, or silent for a round: what arrives is inspected
         self.faults = 0  # PollStateErrors caught (fault())
@@ -376,6 +378,12 @@ class Scheduler:
     a device due now (a backlog to drain) joins the ``ready`` list, sent after the current burst
     of received datagrams, so back-to-back polling of one device never starves the others.
 
+    The periodic HELLO (DeviceClient.periodic_hello) goes between two POLLs, half the wait before
+    the next one is due (or at once, when the answer came later than that), never in a POLL's
+    slot: the next POLL keeps its due time (``poll_at``) and goes out when it is due, or when the
+    HELLO's answer or timeout comes if that is later (one request out at a time: a POLL never
+    overtakes a HELLO, so it cannot reach a device before the HELLO it follows).
+
     Times at least 8 ``GRID`` steps away wait on a grid (rounded up to the next step, so at most
     1/8 of their wait late, and never more than one step): with many devices each wake-up sends
     every request due within one step and handles every deadline that passed, instead of one
@@ -427,7 +435,12 @@ class Scheduler:
                 r.fault(e, "bad answer")
                 self.restart(r)
                 return
-        elif c.pc.ahead is not None and not c.next_delay and not self.paused and not self.stopped:
+        if r.poll_at is not None:
+            # the periodic HELLO answered (or broken): the POLL at its own time (at once if passed)
+            at, r.poll_at = r.poll_at, None
+            self._schedule(r, at if ok else max(at, r.sent + c.next_delay))
+            return
+        if ok and c.pc.ahead is not None and not c.next_delay and not self.paused and not self.stopped:
             # a pipelined POLL: out now, not after the rest of this input burst (which holds the
             # rest of the answer it continues from); the device reads it once that is sent
             now = self.loop.time()
@@ -435,7 +448,15 @@ class Scheduler:
             self._send(r, now)
             self._arm()
             return
-        self._schedule(r, self._period_base(r, c.next_delay) + c.next_delay)
+        delay = c.next_delay
+        at = self._period_base(r, delay) + delay
+        if delay > 0:
+            now = self.loop.time()
+            if now < at and c.periodic_hello(now):
+                r.poll_at = at
+                r.hello_next = True
+                at = max(now, at - delay / 2)
+        self._schedule(r, at)
 
     @staticmethod
     def _period_base(r: DeviceRunner, delay: float) -> float:
@@ -465,6 +486,8 @@ class Scheduler:
         (its HELLO) one poll interval from now, so a fault that repeats cannot make a request storm."""
         r.waiting = False
         r.gen += 1  # the outstanding request's deadline, if any, is void
+        r.hello_next = False
+        r.poll_at = None
         self._schedule(r, self.loop.time() + r.client.poll_cfg.interval)
 
     def run_ready(self) -> None:
@@ -487,8 +510,9 @@ class Scheduler:
 
     def _send(self, r: DeviceRunner, now: float) -> None:
         c = r.client
+        hello, r.hello_next = r.hello_next, False
         try:
-            data = c.request_bytes(now)
+            data = c.request_bytes(now, hello)
         except PollStateError as e:
             r.fault(e, "request")
             self.restart(r)
@@ -567,9 +591,13 @@ class Scheduler:
                     r.client.on_transport_error()
                 except PollStateError as e:
                     r.fault(e, "timeout")
+                    r.poll_at = None
                     self._schedule_due(r, now + r.client.poll_cfg.interval, now)
                     continue
-                self._schedule_due(r, r.sent + r.client.next_delay, now)
+                at = r.sent + r.client.next_delay
+                if r.poll_at is not None:  # the periodic HELLO unanswered: the POLL no earlier than due
+                    at, r.poll_at = max(at, r.poll_at), None
+                self._schedule_due(r, at, now)
         due = self.due
         while due and due[0][0] <= now:
             self.ready.append(heapq.heappop(due)[2])

@@ -213,8 +213,10 @@ class PollClient:
         loss = self.loss  # (never None in CHASE: the table enters it only with a loss open)
         return loss.chase if self.state == CHASE and loss is not None else 0
 
-    def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
-        """The request to send now (each call makes a new tag: a retry is a new request)."""
+    def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1, hello=False):
+        """The request to send now (each call makes a new tag: a retry is a new request). hello: a
+        HELLO whatever is due (the caller's periodic one, between two POLLs); unlike ask_hello it
+        leaves nothing due if it goes unanswered."""
         ahead = self.ahead
         self.ahead = None
         self.repoll = False
@@ -222,7 +224,7 @@ class PollClient:
         self.tag = (self.tag + 1) & 0xFF
         self.burst_done = False
         self.burst_from = 0
-        if self.state != START and not self.hello_due:
+        if self.state != START and not self.hello_due and not hello:
             self.max_frames = max_frames
             n = self.n
             if ahead is not None:

@@ -121,19 +121,19 @@ class HoldingPollClient(PollClient):
         self.gap_losses = []
         return out
 
-    def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1):
+    def next_request(self, max_events=wire.MAX_BATCH, max_bytes=wire.MAX_PAYLOAD, max_frames=1, hello=False):
         end = None
         if self.ahead is None:
             self.gap_tag = -1  # (a POLL from a predicted end keeps the gap repoll's tag before it)
         if self.held and self.ahead is None:
             gap = self._gap()
             if 0 < gap <= max_events:
-                if self.pipeline and max_frames > 1 and self.polling and not self.hello_due:
+                if self.pipeline and max_frames > 1 and self.polling and not (self.hello_due or hello):
                     # (not after a mispredicted answer: the gap's answer may be on its way, later than
                     # the second POLL's; asking for both again would bring both twice)
                     end = None if self.repoll else self._held_end(max_frames)
                 max_events, max_frames = gap, 1  # just the gap: the held frames go on from it
-        f = super().next_request(max_events, max_bytes, max_frames)
+        f = super().next_request(max_events, max_bytes, max_frames, hello)
         if f.type == wire.POLL:
             self.recent.append(self.tag)
             if len(self.recent) > RECENT_TAGS:

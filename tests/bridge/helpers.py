@@ -40,10 +40,12 @@ class Driver:
             return False
 
     def exchange(
-        self, drop: bool = False, dup: bool = False, hold: bool = False, corrupt: bool = False
-    ) -> bool:
-        """One request/answer round; returns whether the request was answered."""
-        data = self.client.request_bytes(self.t)  # signed when the client has a key
+        self, drop: bool = False, dup: bool = False, hold: bool = False, corrupt: bool = False,
+        hello: bool = False,
+    ) -> bool:  # fmt: skip
+        """One request/answer round; returns whether the request was answered. hello: the request is
+        the periodic HELLO (the daemon's scheduler sends it between two POLLs)."""
+        data = self.client.request_bytes(self.t, hello)  # signed when the client has a key
         self.sent.append(data)
         self.requests.append(codec.decode(data))
         outs = self.core.handle(data, self.t)

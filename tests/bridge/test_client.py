@@ -117,16 +117,27 @@ def test_restart_detected_by_recovery_epoch_resets_lead(auth_mode: str) -> None:
     assert [e[1] for e in cl.out_events] == [old] * 4 + [core.epoch] * 2
 
 
-def test_restart_of_an_empty_ring_found_by_periodic_hello() -> None:
+def test_restart_of_an_empty_ring_found_by_periodic_hello(auth_mode: str) -> None:
+    """Unsigned: the periodic HELLO finds it (test_hello_schedule.py: sent between two POLLs).
+    Signed: no periodic HELLO; the new boot refuses the POLLs of the old session (a simulated
+    device without the boards' boot HELLO: silence), and the third silent round brings the HELLO."""
     cl, core, d = make_client(poll=PollConfig(batch=16, hello_interval=1.0), capacity=16, start=10)
     core.write_events(2)
     d.run(3)
-    core.boot(start=99)  # no event yet: polls answer NO_EVENT, only HELLO can tell
-    for _ in range(3):
-        d.exchange()
-    assert cl.dc["restarts"] == 0
-    d.t += 1.0
-    d.exchange()
+    core.boot(start=99)  # no event yet: polls answer NO_EVENT (unsigned), only HELLO can tell
+    if auth_mode == "unsigned":
+        for _ in range(3):
+            d.exchange()
+        assert cl.dc["restarts"] == 0 and not cl.periodic_hello(d.t)
+        d.t += 1.0
+        assert cl.periodic_hello(d.t)
+        d.exchange(hello=True)
+    else:
+        assert not cl.periodic_hello(d.t + 1.0)  # a device with a key: none
+        for _ in range(4):
+            d.exchange()
+        assert [r.type for r in d.requests[-4:]] == [wire.POLL] * 3 + [wire.HELLO]
+        assert cl.dc["timeouts"] == 3
     assert d.requests[-1].type == wire.HELLO and cl.dc["restarts"] == 1
     assert cl.out_boots[-1].detected_by == "hello" and cl.n == 0  # spec 004: no event of this server
     core.write_events(3)
