@@ -435,7 +435,7 @@ def bind(board, links, network, w, tasks, buf, serial, a):
             name, c, port = x[_LKEY], x[_LCONF], x[_LPORT]
             try:
                 if name == key(_CSER):
-                    io = board.serial(c)
+                    io = board.serial(c, serial[1])  # (its COBS buffer: rp2's DMA sends from it)
                     if io is not None:
                         out.append(link(x, io, False, buf, serial, a))
                     continue

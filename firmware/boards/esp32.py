@@ -14,7 +14,8 @@ def uid():
     return "esp32-" + "".join("%02x" % b for b in machine.unique_id()[-3:])
 
 
-def serial(c):
+def serial(c, buf):
+    # buf: the link's COBS buffer (rp2 sends by DMA from it; unused here)
     # default pins per UART, free on WROOM and WROVER modules alike (GPIO16/17, UART2's usual
     # pair, are the PSRAM's on WROVER; UART1's own 9/10 are the flash's): UART2 GPIO26 tx /
     # GPIO25 rx, UART1 GPIO33 / GPIO32, UART0 GPIO1 / GPIO3 (the REPL's)

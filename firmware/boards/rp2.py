@@ -14,8 +14,9 @@ def uid():
     return "rp2-" + "".join("%02x" % b for b in machine.unique_id()[-3:])
 
 
-def serial(c):
-    # default pins per UART: GP0/GP1 are UART0's only; UART1's first pair is GP4/GP5 (also GP8/GP9)
+def serial(c, buf):
+    # default pins per UART: GP0/GP1 are UART0's only; UART1's first pair is GP4/GP5 (also GP8/GP9);
+    # buf: the link's COBS buffer (lwdma sends from it and its twin)
     global dma
     u = c.get("uart", 0)
     tx, rx = (4, 5) if u == 1 else (0, 1)
@@ -24,7 +25,7 @@ def serial(c):
         try:
             import lwdma
 
-            dma = lwdma.attach(u)  # None: no rp2.DMA, or the console is on a UART
+            dma = lwdma.attach(u, buf)  # None: no rp2.DMA, or the console is on a UART
         except Exception as e:  # no lwdma on the board; no free channel (OSError)
             print("serial: DMA: %r" % e)
         if dma is None:
@@ -34,7 +35,8 @@ def serial(c):
         baudrate=c.get("baud", 115200),
         tx=machine.Pin(c.get("tx", tx)),
         rx=machine.Pin(c.get("rx", rx)),
-        rxbuf=1024,
+        rxbuf=256,  # (the GC heap's): what arrives while the agent is busy -- its largest frame
+        # (136 B signed, 139 COBS-framed) and a bridge's two pipelined POLLs fit
         txbuf=32 if dma else 1024,  # default 256: a frame of up to 1 KB goes into the ring at once
         # (by DMA it is unused: the least, 32)
         timeout=0,  # reads: the agent polls first; writes wait per char and may still come back

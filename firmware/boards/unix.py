@@ -10,7 +10,8 @@ def uid():
     return "unix"
 
 
-def serial(c):
+def serial(c, buf):
+    # buf: the link's COBS buffer (rp2 sends by DMA from it; unused here)
     # raw pty set up by the launcher (tty.setraw): bytes pass unchanged
     p = c.get("path")
     return open(p, "r+b", buffering=0) if p else None

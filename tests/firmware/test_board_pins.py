@@ -36,23 +36,23 @@ def pins(made: list[tuple[Any, dict[str, Any]]]) -> list[tuple[Any, Any, Any]]:
 
 def test_rp2_pins_per_uart(monkeypatch: pytest.MonkeyPatch) -> None:
     b, made = board("rp2", monkeypatch)
-    b.serial({})
-    b.serial({"uart": 1})
-    b.serial({"uart": 1, "tx": 8, "rx": 9})
+    b.serial({}, bytearray(8))
+    b.serial({"uart": 1}, bytearray(8))
+    b.serial({"uart": 1, "tx": 8, "rx": 9}, bytearray(8))
     assert pins(made) == [
         (0, ("Pin", 0), ("Pin", 1)),
         (1, ("Pin", 4), ("Pin", 5)),
         (1, ("Pin", 8), ("Pin", 9)),
     ]
-    assert {(kw["txbuf"], kw["rxbuf"], kw["timeout"]) for _, kw in made} == {(1024, 1024, 0)}
+    assert {(kw["txbuf"], kw["rxbuf"], kw["timeout"]) for _, kw in made} == {(1024, 256, 0)}
 
 
 def test_esp32_pins_per_uart(monkeypatch: pytest.MonkeyPatch) -> None:
     b, made = board("esp32", monkeypatch)
-    b.serial({})
-    b.serial({"uart": 1})
-    b.serial({"uart": 0})
-    b.serial({"uart": 2, "tx": 17, "rx": 16})  # a WROOM user who wants the old pair
+    b.serial({}, bytearray(8))
+    b.serial({"uart": 1}, bytearray(8))
+    b.serial({"uart": 0}, bytearray(8))
+    b.serial({"uart": 2, "tx": 17, "rx": 16}, bytearray(8))  # a WROOM user who wants the old pair
     assert pins(made) == [(2, 26, 25), (1, 33, 32), (0, 1, 3), (2, 17, 16)]
 
 
