@@ -545,6 +545,23 @@ def start(b, board):
     for n in ("uid", "serial", "network", "mem_free", "reset_cause", "led"):  # boot-only: gone
         if hasattr(board, n):
             delattr(board, n)
+    # Boot-only code freed (heap: ~1 KB of bytecode): the constructors of the agent's objects, all
+    # built now, the HELLO's builder (L[_HELLO] holds it), and the stream decoder's methods the
+    # agent never calls (it calls framing.scan itself; feed is the host's). A class attribute is
+    # set to None before it is deleted: a deleted one keeps its value in the class's map.
+    from leadwire.framing import StreamDecoder
+    from leadwire.ring import EventRing
+
+    for c, n in (
+        (Agent, "__init__"),
+        (EventRing, "__init__"),
+        (StreamDecoder, "__init__"),
+        (StreamDecoder, "feed"),
+        (StreamDecoder, "scan"),
+    ):
+        setattr(c, n, None)
+        delattr(c, n)
+    del dv.hello_into
     gc.threshold(4096)  # collect after 4 KB of garbage: bounds the low-water's dip
     for L in links:
         if not L[_UDP] or L[_PEER]:  # HELLO after boot
