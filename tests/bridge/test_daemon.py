@@ -62,7 +62,8 @@ def test_long_waits_share_wake_ups_on_a_grid_short_ones_keep_their_time() -> Non
 def test_a_late_wake_up_takes_the_answers_already_queued_not_timeouts(tmp_path: Path) -> None:
     """The loop stalls right after sending several requests, past their RTO, while the devices (in
     another process) answer; one datagram is read per readable callback: the timer's wake-up reads
-    the rest before it declares a timeout, so none is counted."""
+    the rest before it declares a timeout, so none is counted; one datagram per slice too (it goes
+    on with the rest on the loop's next turn)."""
 
     async def main() -> None:
         with Fleet(8, 50.0, auth=False) as fleet:
@@ -74,6 +75,17 @@ def test_a_late_wake_up_takes_the_answers_already_queued_not_timeouts(tmp_path: 
             await wait_for(lambda: all(c.dc["round_trips"] >= 3 for c in b.clients.values()))
             assert b._udp is not None
             b._udp.burst = 1
+            b.sched.SLICE = 1
+            udp_drain = b._udp.drain
+            sliced: list[bool] = []
+
+            def drain(limit: int, readable: bool = True) -> bool:
+                more = udp_drain(limit, readable)
+                if limit == 1 and not readable:
+                    sliced.append(more)
+                return more
+
+            b._udp.drain = drain  # type: ignore[method-assign]
             runners = list(b.runners.values())
             send = b.sched.run_ready
             stalled: list[int] = []
@@ -91,6 +103,7 @@ def test_a_late_wake_up_takes_the_answers_already_queued_not_timeouts(tmp_path: 
             await asyncio.sleep(0.1)
             assert sum(stalled[1:]) >= 20  # the stalls came with requests out
             assert sum(c.dc["timeouts"] for c in b.clients.values()) == before
+            assert sliced.count(True) >= 3  # wake-ups that left the rest of the queue for the next turn
             await b.stop()
 
     run(main())
@@ -100,6 +113,7 @@ def test_every_event_exactly_once_over_udp_and_serial(tmp_path: Path) -> None:
     async def main() -> None:
         fleet = await SimFleet(4, rate=400, capacity=512, limit=600, serial=1, seed=1).start()
         b = await _started(tmp_path, fleet)
+        b.DRAIN_SLICE = 1  # a commit drains one client, the loop's turn, the next (answers between)
         await b.start()
         await wait_for(lambda: b.events_committed == 4 * 600)
         await b.stop()
