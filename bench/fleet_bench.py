@@ -4,9 +4,8 @@ For each size it generates telemetry with known loss, duplication, reordering, r
 overruns (leadwire.fleet.synth.write_synth, in a child process, streamed --chunk-rows at a time so
 its memory does not grow with the size), runs the Spark job (tables, no HTML report) and the DuckDB
 oracle (same tables, in memory; --duckdb-memory caps it and spills under --out), and prints
-both times, the ratio, whether every table is equal, and
-whether the Spark summary matches the injected ground truth (fleet-level latency percentiles,
-approximate for large groups, are checked against the raw values with their stated rank error).
+both times, the ratio, whether every table is equal, cell by cell (latency percentiles
+included: exact in both), and whether the Spark summary matches the injected ground truth.
 
 \b
     .venv/bin/python bench/fleet_bench.py                         # 1M and 10M rows
@@ -61,12 +60,10 @@ from typing import Any
 
 import click
 
-from leadwire.fleet.columns import check_fleet_latency, without_approx
 from leadwire.fleet.job import TABLE_ORDER, LocalSession, Progress, local_session, run_job
 from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
 from leadwire.fleet.session import DRIVER_MEMORY
 from leadwire.fleet.synth import SUMMARY_TRUTH, SynthConfig, SynthTruth, write_synth
-from leadwire.fleet.transforms import APPROX_ACCURACY, EXACT_MAX_VALUES
 
 
 def jvm_cpu_seconds(spark: Any) -> float:
@@ -277,14 +274,12 @@ def run_duckdb(export: str, out: str, threads: int, duck_memory: str | None) -> 
     return want, r
 
 
-def check(export: str, result: str, want: Any, summary: dict[str, Any], truth: SynthTruth) -> dict[str, Any]:
-    """Spark's tables against the oracle's and the raw latencies; its summary against the truth."""
+def check(result: str, want: Any, summary: dict[str, Any], truth: SynthTruth) -> dict[str, Any]:
+    """Spark's tables against the oracle's, every cell; its summary against the truth."""
     got = read_job_tables(result, TABLE_ORDER)
-    # fleet-level percentiles: exact up to a group size, approximate above (checked on the raw values)
-    diffs = compare_tables(without_approx(got), without_approx(want), TABLE_ORDER)
+    diffs = compare_tables(got, want, TABLE_ORDER)
     del want
     gc.collect()
-    diffs += check_fleet_latency(export, got, EXACT_MAX_VALUES, APPROX_ACCURACY)
     truth_diffs = [
         "%s: spark %s, truth %s" % (k, summary[k], truth.totals[v])
         for k, v in SUMMARY_TRUTH.items()
@@ -311,7 +306,7 @@ def one(rows: int, out: str, spark: Any, o: dict[str, Any]) -> dict[str, Any]:
     summary, r_spark = run_spark(export, result, spark)
     want, r_duck = run_duckdb(export, out, o["threads"], o["duckdb_memory"])
     r = {"rows": truth.totals["rows"], "generate_s": gen_s, "gen_peak_mb": gen_peak, **r_spark, **r_duck}
-    r.update(check(export, result, want, summary, truth))
+    r.update(check(result, want, summary, truth))
     r["ratio"] = r["spark_s"] / r["duckdb_s"]
     r["py_peak_mb"] = max(r["py_peak_mb"], peak_rss_mb())
     r["mem_low_mb"] = watch.stop()

@@ -46,9 +46,9 @@ ROLLUP_SUMS = [*SUM_COLS, *RECOVERY_SUMS]
 ROLLUP_MAXES = [*MAX_COLS, "recovery_us_max"]
 RATE_COLS = ["loss_rate", "dup_rate", "late_rate"]
 
-# Fleet-level latency percentiles: exact for small groups, approximate above a size
-# (transforms.EXACT_MAX_VALUES, APPROX_ACCURACY). These columns are compared with
-# check_fleet_latency, not cell for cell with the exact DuckDB oracle.
+# The fleet-level latency percentile columns. The job's are exact (compared cell for cell with
+# the DuckDB oracle); check_fleet_latency checks them against numpy on the raw values, a group
+# over a size bound only within a rank error (an exact answer passes either check).
 LATENCY_METRIC_NAMES = ("rx_to_commit", "gen_to_rx")
 LATENCY_QUANTILES = (50, 95, 99)
 LATENCY_WIDE_COLS = ["%s_p%d_us" % (m, q) for m in LATENCY_METRIC_NAMES for q in LATENCY_QUANTILES]
@@ -61,7 +61,8 @@ APPROX_COLUMNS: dict[str, list[str]] = {
 
 
 def without_approx(tables: dict[str, Any]) -> dict[str, Any]:
-    """The tables (pandas) without the fleet-level percentile columns (APPROX_COLUMNS)."""
+    """The tables (pandas) without the fleet-level percentile columns (APPROX_COLUMNS): what to
+    compare cell for cell with a job whose fleet-level percentiles may be approximate."""
     return {
         n: t.drop(columns=[c for c in APPROX_COLUMNS.get(n, []) if c in t.columns]) for n, t in tables.items()
     }

@@ -40,7 +40,6 @@ from leadwire.fleet.plan import (
     HOT,
     WHOLE,
     Latency,
-    exact_rows,
     first_pass,
     lead_shape,
     profile_input,
@@ -125,7 +124,7 @@ def stage_carried_tables(run: Run) -> None:
     points = _state_table(spark, spec.out_dir, version, "points", C.state_ddl(C.POINT_COLS))
     boots0 = _state_table(spark, spec.out_dir, version, "boots", _boots_ddl())
     with run.prog.stage("carried lead domains, new rows' windows and revisions"):
-        span, big, total = profile_input(frames["arrivals"], None, None, spec.exact_max_values)
+        span, total = profile_input(frames["arrivals"])
         shape = lead_shape(frames["arrivals"], span, total, lambda msg: run.prog.log("  " + msg))
         bits = None if shape == WHOLE else T.BUCKET_BITS
         dev = run.keep(first_pass(T.transform_arrivals(frames["arrivals"], spec.window_seconds), shape))
@@ -140,16 +139,13 @@ def stage_carried_tables(run: Run) -> None:
             "cw": T.transform_channel_windows(rows, with_mismatches=True),
             "rev": C.transform_revisions(order),
             "lat_dev": T.transform_device_latency(values),
-            "lat": T.transform_latency_counts(values.where(exact_rows(big))),
+            "lat": T.transform_latency_counts(values),
             "rec": T.transform_recoveries(frames["losses"], spec.window_seconds),
             "bad": order.where("order_violation")
             .selectExpr(*T._bq(T.LEAD_KEY), "arrival", "bridge_id")
             .limit(1),
             **R.rollout_inputs(dev, R.rollout_window(spec.window_seconds)),
         }
-        approx = T.transform_latency_groups(values, big)
-        if approx is not None:
-            parts["lat_grp"] = approx
         stage = run.cut(T.transform_stack(parts))
         day = "date_format(window_start, 'yyyy-MM-dd')"
         touched = (
@@ -193,8 +189,6 @@ def stage_carried_tables(run: Run) -> None:
         lat = Latency(
             T.transform_unstack(stage, "lat_dev", ["device_id", *T.LATENCY_WIDE]),
             T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS),
-            T.transform_unstack(stage, "lat_grp", T.LATENCY_GROUP_COLS) if approx is not None else None,
-            big,
         )
         run.tables = {
             **rollup_tables(cw, rec, rst_all.where(in_days), lat, spec.worst_n, run.cut),

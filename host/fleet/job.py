@@ -59,7 +59,6 @@ import click
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from leadwire.fleet import transforms as T
 from leadwire.fleet.extract import DAY_US, DateRange, Inputs, bad_input_from, extract
 from leadwire.fleet.fs import driver_path, join, local_path, scheme
 from leadwire.fleet.options import (
@@ -144,7 +143,7 @@ def run_job(
     progress: Progress | bool = True,
     shuffle_partitions: int | None = None,
     driver_memory: str = DRIVER_MEMORY,
-    exact_max_values: int = T.EXACT_MAX_VALUES,
+    exact_max_values: int | None = None,
     webhook: str | None = None,
     incremental: bool = False,
     late_days: int = DEFAULT_LATE_DAYS,
@@ -154,8 +153,8 @@ def run_job(
     input_dir and out_dir are Hadoop URIs (scheme-less: the default filesystem). date_from /
     date_to bound the rows counted (inclusive dates); lookback_days / lookahead_days bound what is
     read around them (DateRange). daily=True: from the last date of the previous run into the same
-    out_dir (daily_range) on. exact_max_values: fleet-level latency percentiles are exact for
-    groups of at most this many values, approximate above (build_tables). webhook: a URL the
+    out_dir (daily_range) on. exact_max_values: accepted and ignored (every latency percentile is
+    exact; tests/fleet/test_skew.py still passes it). webhook: a URL the
     rollout regression flags are POSTed to (OUT/regressions.json is written either way).
     incremental=True: only the export files no earlier run into out_dir read, lead domains carried
     over (incremental.py).
@@ -216,7 +215,6 @@ def run_job(
             dates,
             window_seconds,
             worst_n,
-            exact_max_values,
             report,
             webhook=webhook,
             incremental=incremental,

@@ -5,7 +5,8 @@ with partly *different formulations* so that agreement means something:
 * duplicates: row_number() per (lead domain, unwrapped seq) by arrival > 1 (Spark: lag in seq order);
 * gaps never filled: next distinct seq among first arrivals (Spark: lag in descending seq order);
 * the overtaking arrival of a late one: min(pos) over all higher seqs (Spark: last new maximum);
-* percentiles: DuckDB's quantile_cont (Spark: order statistics from a value/count multiset).
+* percentiles: DuckDB's quantile_cont over the raw values (Spark: per device `percentile`; fleet-level
+  a running sum of value counts in a window ordered by value).
 
 The SQL is a sequence of named queries: TEMP_TABLES (each a temporary table, in order) and RESULTS
 (each an output table). Their text is fixed at import; the run's parameters appear in it only as

@@ -46,7 +46,6 @@ def build_tables(
     dates: DateRange | None = None,
     keep: Any = None,
     cut: Any = None,
-    exact_max_values: int = T.EXACT_MAX_VALUES,
     log: Any = None,
 ) -> dict[str, DataFrame]:
     """All output tables as DataFrames over one scan of the arrivals per part of the stage, and
@@ -66,17 +65,17 @@ def build_tables(
     under every join, planning them cost more than running them). Everything else reads those
     results: thousands of rows, not millions.
 
-    Fleet-level latency percentiles (latency, summary, by_firmware, by_transport) are exact for
-    groups of at most exact_max_values values and approximate above (transforms.APPROX_ACCURACY).
-    Which groups are large, and whether any lead domain can be longer than a bucket (then both
-    lead-domain passes run in bounded pieces), comes from profile_input (one small job).
+    Fleet-level latency percentiles (latency, summary, by_firmware, by_transport) are exact, from
+    the counts of each latency value per firmware and transport (part `lat`). Whether any lead
+    domain can be longer than a bucket (then both lead-domain passes run in bounded pieces) comes
+    from profile_input (one small job).
     """
     keep = keep or (lambda df: df)
     cut = cut or (lambda df: df)
     log = log or (lambda msg: None)
     dates = dates or DateRange()
     since, until = dates.since_us(), dates.until_us()
-    span, big, total = profile_input(inputs.arrivals, since, until, exact_max_values)
+    span, total = profile_input(inputs.arrivals)
     shape = lead_shape(inputs.arrivals, span, total, log)
     arr = T.transform_arrivals(inputs.arrivals, window_seconds)
     if shape == WHOLE:  # no device has more arrivals than a bucket holds: fewer steps
@@ -85,10 +84,6 @@ def build_tables(
     else:  # the first pass (bounded buckets) is read twice: by the carried state and the join
         dev = keep(first_pass(arr, shape))
         rows = T.transform_order(T.transform_lead_carry(dev, broadcast=shape == HOT), T.BUCKET_BITS)
-    log(
-        "latency percentiles approximate for %s"
-        % (", ".join("%s %s %s" % g for g in sorted(big, key=str)) or "no group")
-    )
     rows = rows.where(T.in_range(F.col("rx_us"), since, until))
     counted = arr.where(T.in_range(F.col("rx_us"), since, until))
     values = T.transform_latency_values(counted)
@@ -104,21 +99,17 @@ def build_tables(
     parts = {
         "cw": T.transform_channel_windows(rows, with_mismatches=True),
         "lat_dev": T.transform_device_latency(T.transform_latency_values(by_device_counted)),
-        "lat": T.transform_latency_counts(values.where(exact_rows(big))),
+        "lat": T.transform_latency_counts(values),
         # recoveries and restarts (small inputs) in the same job: one job, not three
         "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
         "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
         # what the rollout tables read from the arrivals: computed with the stage
         **R.rollout_inputs(counted, R.rollout_window(window_seconds)),
     }
-    approx = T.transform_latency_groups(values, big)
-    if approx is not None:  # counts and approximate percentiles of the large fleet-level groups
-        parts["lat_grp"] = approx
     stage = cut(T.transform_stack(parts))
     cw = T.transform_unstack(stage, "cw", T.CHANNEL_WINDOW_COLS)
     lat_dev = T.transform_unstack(stage, "lat_dev", ["device_id", *T.LATENCY_WIDE])
     lat = T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS)
-    groups = T.transform_unstack(stage, "lat_grp", T.LATENCY_GROUP_COLS) if "lat_grp" in parts else None
     rec = T.transform_unstack(stage, "rec", T.RECOVERY_COLS)
     rst = T.transform_unstack(stage, "rst", T.RESTART_COLS)
     return {
@@ -129,7 +120,7 @@ def build_tables(
         "_mismatches": T.transform_window_mismatches(
             T.transform_unstack(stage, "cw", [*T.CHANNEL_WINDOW_COLS, "mismatch_rows"])
         ),
-        **rollup_tables(cw, rec, rst, Latency(lat_dev, lat, groups, big), worst_n, cut),
+        **rollup_tables(cw, rec, rst, Latency(lat_dev, lat), worst_n, cut),
     }
 
 
@@ -145,13 +136,11 @@ def rollout_parts(stage: DataFrame, boots: DataFrame) -> dict[str, DataFrame]:
 
 @dataclass(frozen=True)
 class Latency:
-    """The latency inputs of the roll-ups: per-device percentiles, the fleet multiset, the large
-    groups' approximate percentiles (None: no group is large) and which groups those are."""
+    """The latency inputs of the roll-ups: per-device percentiles and the fleet multiset (counts
+    per firmware, transport, metric and value)."""
 
     per_device: DataFrame
     counts: DataFrame
-    groups: DataFrame | None
-    big: Any
 
 
 def rollup_tables(
@@ -160,7 +149,8 @@ def rollup_tables(
     """The dated tables as given and every table rolled up from them: devices (passed through
     `cut`: the small tables read it), worst devices, comparisons, loss over time, latency, summary."""
     devices = cut(T.transform_devices(cw, rec, rst, lat.per_device))
-    fleet_latency = T.transform_fleet_latency(lat.counts, lat.groups, lat.big)
+    pct = T.transform_fleet_percentiles(lat.counts)
+    fleet_latency = T.transform_fleet_latency(pct)
     return {
         "channel_windows": cw,
         "lead_histogram": T.transform_lead_histogram(cw),
@@ -168,21 +158,12 @@ def rollup_tables(
         "restarts": rst,
         "devices": devices,
         "worst_devices": T.transform_worst(devices, worst_n),
-        "by_firmware": T.transform_compare(cw, rec, rst, lat.counts, "firmware_version", lat.groups, lat.big),
-        "by_transport": T.transform_compare(cw, rec, rst, lat.counts, "transport", lat.groups, lat.big),
+        "by_firmware": T.transform_compare(cw, rec, rst, pct, "firmware_version"),
+        "by_transport": T.transform_compare(cw, rec, rst, pct, "transport"),
         "loss_over_time": T.transform_loss_over_time(cw, rec, rst),
         "latency": fleet_latency,
         "summary": T.transform_summary(devices, fleet_latency),
     }
-
-
-def exact_rows(big: Any) -> str:
-    """SQL: a latency value row some fleet-level group with exact percentiles needs (its firmware's,
-    its transport's or the fleet's group is not in `big`): the multiset (`lat`) keeps only those,
-    the others go to the approximate percentiles of transform_latency_groups. At fleet scale
-    every group is large and the multiset's aggregation of every value is not run at all."""
-    gates = [T.latency_gate(big, kind) for kind in ("firmware_version", "transport", "fleet")]
-    return "NOT (%s)" % " AND ".join(gates)
 
 
 # A device is hot when it holds more arrivals than this many buckets and more than its share of
@@ -223,44 +204,19 @@ def first_pass(arr: DataFrame, shape: str) -> DataFrame:
     return T.transform_lead_buckets(T.transform_by_device(arr), T.BUCKET_BITS)
 
 
-def profile_input(
-    arrivals: DataFrame, since: int | None, until: int | None, exact_max: int
-) -> tuple[int, set[tuple[str, str | None, str]], int]:
-    """One small job over the arrivals read (one narrow scan, one aggregation to a row per device,
-    bridge, firmware and transport, added up on the driver): the most arrivals a device can have
-    in one lead domain (the span of its `arrival` counter, summed over its bridges), and the
-    fleet-level latency groups (kind, key, metric) of the counted rows with more than exact_max
-    values (transforms.transform_latency_groups), and the arrivals of all devices (their spans
-    added up)."""
-    counted = T.in_range(F.unix_micros("host_rx_ts"), since, until)
-    agg = (
-        arrivals.withColumn("_in", counted)
-        .groupBy("device_id", "bridge_id", "firmware_version", "transport")
-        .agg(
-            F.expr("min(arrival) AS lo"),
-            F.expr("max(arrival) AS hi"),
-            F.expr("count_if(_in) AS n"),
-            F.expr("count_if(_in AND gen_ts IS NOT NULL) AS n_gen"),
-        )
+def profile_input(arrivals: DataFrame) -> tuple[int, int]:
+    """One small job over the arrivals read (one narrow scan, one aggregation to a row per device
+    and bridge, added up on the driver): the most arrivals a device can have in one lead domain
+    (the span of its `arrival` counter, summed over its bridges) and the arrivals of all devices
+    (their spans added up)."""
+    agg = arrivals.groupBy("device_id", "bridge_id").agg(
+        F.expr("min(arrival) AS lo"),
+        F.expr("max(arrival) AS hi"),
     )
-    prof = to_arrow(agg).to_pylist()
-    lo: dict[tuple[str, str], int] = {}
-    hi: dict[tuple[str, str], int] = {}
-    n: dict[tuple[str, str | None, str], int] = {}
-    for r in prof:
-        k = (r["device_id"], r["bridge_id"])
-        lo[k], hi[k] = min(lo.get(k, r["lo"]), r["lo"]), max(hi.get(k, r["hi"]), r["hi"])
-        for kind, key in (
-            ("firmware_version", r["firmware_version"]),
-            ("transport", r["transport"]),
-            ("fleet", None),
-        ):
-            for metric, c in (("rx_to_commit", r["n"]), ("gen_to_rx", r["n_gen"])):
-                n[(kind, key, metric)] = n.get((kind, key, metric), 0) + c
     span: dict[str, int] = {}
-    for (dev, _), low in lo.items():
-        span[dev] = span.get(dev, 0) + hi[(dev, _)] - low + 1
-    return max(span.values(), default=0), {g for g, c in n.items() if c > exact_max}, sum(span.values())
+    for r in to_arrow(agg).to_pylist():
+        span[r["device_id"]] = span.get(r["device_id"], 0) + r["hi"] - r["lo"] + 1
+    return max(span.values(), default=0), sum(span.values())
 
 
 # Sort keys of the tables: the driver sorts the small ones (no global sort in Spark); the oracle

@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .columns import REGRESSION_COLS
-from .transforms import LATENCY_WIDE, _bq, _latency_pivot
+from .transforms import LATENCY_WIDE, _bq, latency_wide, transform_exact_percentiles
 
 Z = 1.959963984540054  # two-sided 95%
 # Student's t 0.975 quantiles for 1..30 degrees of freedom; above, the Cornish-Fisher expansion
@@ -351,7 +351,7 @@ def transform_latency_counts(arrivals: DataFrame, window_seconds: int = ROLLOUT_
 
 def _latency(lat: DataFrame, by: list[str]) -> DataFrame:
     """<metric>_p<q>_us per `by` from transform_latency_counts output (exact percentiles)."""
-    return lat.groupBy(*by).agg(*_latency_pivot()).select(*by, *LATENCY_WIDE)
+    return latency_wide(transform_exact_percentiles(lat, by), by)
 
 
 # ---------------------------------------------------------------------------------------- tables

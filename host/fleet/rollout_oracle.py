@@ -4,7 +4,7 @@ windows ``cw``), with partly different formulations so that agreement means some
 * units: the three sources aggregated apart and FULL JOINed (Spark: one aggregation of a union);
 * the group totals of a rate: GROUP BY and a join back (Spark: a window over the group);
 * the release a device ran last: arg_max (Spark: row_number over last arrival);
-* latency: quantile_cont over the raw values (Spark: percentile of a value/count multiset).
+* latency: quantile_cont over the raw values (Spark: a running sum of value counts in a window).
 
 duckdb is a dev dependency: this module is for the tests, not the job.
 """

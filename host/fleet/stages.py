@@ -48,7 +48,6 @@ class JobSpec:
     dates: DateRange = field(default_factory=DateRange)
     window_seconds: int = 3600
     worst_n: int = 10
-    exact_max_values: int = T.EXACT_MAX_VALUES
     report: bool = True
     webhook: str | None = None  # where the regression flags are POSTed (rollout_stage.stage_flags)
     incremental: bool = False  # read only the files no earlier run read (incremental.py)
@@ -105,7 +104,6 @@ def stage_tables(run: Run) -> None:
             spec.dates,
             keep=run.keep,
             cut=run.cut,
-            exact_max_values=spec.exact_max_values,
             log=lambda msg: run.prog.log("  " + msg),
         )
         run.tables["_by_device"].unpersist()  # the stage is computed: the arrivals are not read again

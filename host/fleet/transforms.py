@@ -24,8 +24,6 @@ The definitions (see docs/fleet.md for the long form):
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -36,14 +34,14 @@ LEAD_KEY = ["device_id", "boot_epoch", "kind", "session", "lead_channel"]
 DIMS = ["device_id", "kind", "channel", "firmware_version", "transport", "window_start"]
 LATENCY_METRICS = ("rx_to_commit", "gen_to_rx")
 PERCENTILES = (0.5, 0.95, 0.99)
-# Fleet-level latency percentiles (the `latency` table, the summary's and by_firmware's /
-# by_transport's <metric>_p<q>_us) are exact for a group of at most EXACT_MAX_VALUES values and
-# approximate above it: Spark's percentile_approx with accuracy APPROX_ACCURACY, whose answer is
-# a value of the group whose rank differs from the exact rank p*n by at most n / APPROX_ACCURACY
-# (0.01% of the group). Exact percentiles keep every distinct value of the group in one map on
-# one task (no spill); the approximation keeps a bounded sketch per task. Per-device percentiles
-# stay exact (docs/fleet.md, Scale).
-EXACT_MAX_VALUES = 1 << 20  # 1,048,576
+# Latency percentiles, per device and per fleet-level group alike: linear interpolation between
+# the order statistics at (n-1)p (numpy's default, DuckDB's quantile_cont, Spark's percentile),
+# exact at every size. The fleet-level ones (the `latency` table, the summary's, by_firmware's and
+# by_transport's <metric>_p<q>_us) come from value counts (transform_exact_percentiles): latency
+# values repeat, so the counts are far fewer rows than the values, and a window sorts them (it
+# spills; no map of a group's values is held in memory).
+# The rank error columns.check_fleet_latency allows a percentile of a group over its size bound,
+# as n / APPROX_ACCURACY (tests/fleet/test_skew.py checks with it; exact answers are within it).
 APPROX_ACCURACY = 10_000
 # Lead histogram buckets: (label, lower bound inclusive, upper bound inclusive), in plot order.
 LEAD_BUCKETS: tuple[tuple[str, int | None, int | None], ...] = (
@@ -109,10 +107,11 @@ RESTART_DIMS = ["device_id", "firmware_version", "transport", "window_start"]
 RESTART_COLS = [*RESTART_DIMS, "boots_seen", "restarts", "detected_by_recovery"]
 LATENCY_VALUE_COLS = ["device_id", "firmware_version", "transport", "metric", "value_us", "n"]
 LATENCY_COUNT_COLS = ["firmware_version", "transport", "metric", "value_us", "n"]
-# transform_latency_groups: `_set` is the group kind (firmware_version, transport or fleet), the
-# other dimension is null; _pa: approximate p50, p95, p99
-LATENCY_GROUP_COLS = ["_set", "firmware_version", "transport", "metric", "n", "_pa"]
-LATENCY_COLS = ["metric", "n", *("p%g" % (p * 100) for p in PERCENTILES)]
+PCT_NAMES = ["p%g" % (p * 100) for p in PERCENTILES]
+LATENCY_COLS = ["metric", "n", *PCT_NAMES]
+# transform_fleet_percentiles: `kind` firmware_version, transport or fleet; `key` the firmware or
+# transport (null for the fleet)
+FLEET_PCT_COLS = ["kind", "key", *LATENCY_COLS]
 LATENCY_WIDE = ["%s_p%g_us" % (m, p * 100) for m in LATENCY_METRICS for p in PERCENTILES]
 DEVICE_COLS = [
     "device_id",
@@ -586,71 +585,92 @@ def transform_latency_counts(values: DataFrame) -> DataFrame:
     )
 
 
-def transform_latency_groups(
-    values: DataFrame, big: Any, accuracy: int = APPROX_ACCURACY
-) -> DataFrame | None:
-    """The fleet-level groups too large for exact percentiles (`big`: (kind, key, metric)
-    triples, kind firmware_version, transport or fleet; key None for the fleet): their number of
-    latency values and approximate percentiles (percentile_approx, rank error at most
-    n / accuracy; partial sketches per task, then one small exchange). None when `big` is empty."""
-    pa = "percentile_approx(value_us, array(%s), %d) AS _pa" % (
-        ", ".join("%rD" % p for p in PERCENTILES),
-        accuracy,
+def transform_exact_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
+    """Exact percentiles of value_us weighted by n, per `by` + metric: linear interpolation between
+    the order statistics at position (n-1)p (0-based ranks), the arithmetic of Spark's
+    `percentile` (and numpy's default, DuckDB's quantile_cont): lo = floor, hi = ceil of the
+    position; v(lo) when lo = hi or v(lo) = v(hi), else (hi - pos) v(lo) + (pos - lo) v(hi).
+
+    `counts` (by..., metric, value_us, n > 0; a value may have several rows, as per release and
+    transport counts read per release) sorted by value per group in one window: a row holds ranks
+    [before, before + n) where `before` is the running sum of n of the rows ordered before it
+    (explicit frame: every earlier row), so v(k) is the value of the row whose ranks hold k. Ties
+    in value may come in any order: their rows carry the same value. Null values are not counted
+    (as `percentile`); a group without values has no row."""
+    grp = _bq([*by, "metric"])
+    order = "PARTITION BY %s ORDER BY value_us" % ", ".join(grp)
+    ranked = counts.where("value_us IS NOT NULL").selectExpr(
+        *grp,
+        "value_us",
+        "n",
+        "sum(n) OVER (%s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS _before" % order,
+        "sum(n) OVER (%s ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS _total" % order,
     )
-    out: DataFrame | None = None
-    for kind in ("firmware_version", "transport", "fleet"):
-        gate = latency_gate(big, kind)
-        if gate == "false":
-            continue
-        by = [] if kind == "fleet" else [kind]
-        d = (
-            values.where(gate)
-            .groupBy(*by, "metric")
-            .agg(F.expr("count(1) AS n"), F.expr(pa))
-            .selectExpr("'%s' AS _set" % kind, *by, "metric", "n", "_pa")
-        )
-        out = d if out is None else out.unionByName(d, allowMissingColumns=True)
-    if out is None:
-        return None
-    # a dimension no large group has (e.g. only a transport and the fleet are large) is null
-    return out.selectExpr(
-        *("`%s`" % c if c in out.columns else "CAST(NULL AS STRING) AS `%s`" % c for c in LATENCY_GROUP_COLS)
+    pos = ["CAST(_total - 1 AS DOUBLE) * %rD" % p for p in PERCENTILES]
+    ranks = ["_lo%d" % i for i in range(len(PERCENTILES))] + ["_hi%d" % i for i in range(len(PERCENTILES))]
+    at = ranked.selectExpr(
+        "*",
+        "coalesce(_before, 0) AS _from",
+        *("CAST(floor(%s) AS BIGINT) AS _lo%d" % (x, i) for i, x in enumerate(pos)),
+        *("CAST(ceil(%s) AS BIGINT) AS _hi%d" % (x, i) for i, x in enumerate(pos)),
     )
+    holds = "CASE WHEN _from <= {r} AND {r} < _from + n THEN value_us END"
+    # the window's partitioning by the group serves this aggregation: no exchange
+    picked = at.groupBy(*grp).agg(
+        F.expr("max(_total) AS n"),
+        *(F.expr("max(%s) AS _v%s" % (holds.format(r=r), r)) for r in ranks),
+        *(F.expr("max(%s) AS %s" % (r, r)) for r in ranks),
+    )
+    interp = (
+        "CASE WHEN _lo{i} = _hi{i} OR _v_lo{i} = _v_hi{i} THEN CAST(_v_lo{i} AS DOUBLE) ELSE "
+        "(CAST(_hi{i} AS DOUBLE) - {pos}) * CAST(_v_lo{i} AS DOUBLE) "
+        "+ ({pos} - CAST(_lo{i} AS DOUBLE)) * CAST(_v_hi{i} AS DOUBLE) END AS {name}"
+    )
+    return picked.selectExpr(
+        *grp,
+        "CAST(n AS BIGINT) AS n",
+        *(
+            interp.format(i=i, pos=pos[i].replace("_total", "n"), name=name)
+            for i, name in enumerate(PCT_NAMES)
+        ),
+    ).select(*by, *LATENCY_COLS)
 
 
-def latency_gate(groups: Any, kind: str) -> str:
-    """SQL condition on latency rows (metric, firmware_version, transport): the row belongs to one
-    of `groups`' (kind, key, metric) triples of this kind."""
-    keys = sorted((k or "", m) for s, k, m in groups if s == kind)
-    if kind == "fleet":
-        conds = ["metric = %s" % _sq(m) for _, m in keys]
-    else:
-        conds = ["(`%s` = %s AND metric = %s)" % (kind, _sq(k), _sq(m)) for k, m in keys]
-    return "(%s)" % " OR ".join(conds) if conds else "false"
+def transform_fleet_percentiles(counts: DataFrame) -> DataFrame:
+    """The fleet-level latency percentiles from transform_latency_counts output, exact: per
+    firmware version (kind firmware_version), per transport (kind transport) and for the fleet
+    (kind fleet, key null), per metric. Each count row counts in its firmware's, its transport's
+    and the fleet's group (one row per kind, summed per value), then one window sorts them all
+    (transform_exact_percentiles)."""
+    kinds = counts.selectExpr(
+        "inline(array(struct('firmware_version' AS kind, firmware_version AS key), "
+        "struct('transport' AS kind, transport AS key), "
+        "struct('fleet' AS kind, CAST(NULL AS STRING) AS key)))",
+        "metric",
+        "value_us",
+        "n",
+    )
+    summed = kinds.groupBy("kind", "key", "metric", "value_us").agg(F.expr("CAST(sum(n) AS BIGINT) AS n"))
+    return transform_exact_percentiles(summed, ["kind", "key"]).select(*FLEET_PCT_COLS)
 
 
-def _sq(text: str) -> str:
-    return "'%s'" % text.replace("\\", "\\\\").replace("'", "\\'")
-
-
-def transform_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
-    """Exact percentiles (linear interpolation between order statistics at (n-1)p, like numpy's
-    default and DuckDB's quantile_cont) of value_us weighted by n, per `by` + metric."""
+def transform_percentiles(values: DataFrame, by: list[str]) -> DataFrame:
+    """Exact percentiles (as transform_exact_percentiles) of value_us weighted by n, per `by` +
+    metric, by Spark's `percentile` (a map of the group's distinct values on one task: for groups
+    whose values are one task's anyway, the per-device ones)."""
     pct = F.percentile(F.col("value_us"), list(PERCENTILES), F.col("n"))
-    res = counts.groupBy(*by, "metric").agg(F.sum("n").cast("long").alias("n"), pct.alias("_p"))
-    return res.select(
-        *by, "metric", "n", *(F.col("_p")[i].alias("p%g" % (p * 100)) for i, p in enumerate(PERCENTILES))
-    )
+    res = values.groupBy(*by, "metric").agg(F.sum("n").cast("long").alias("n"), pct.alias("_p"))
+    return res.select(*by, "metric", "n", *(F.col("_p")[i].alias(name) for i, name in enumerate(PCT_NAMES)))
 
 
-def _latency_wide(pct: DataFrame, by: list[str]) -> DataFrame:
-    """One row per `by` with <metric>_p<q>_us columns."""
+def latency_wide(pct: DataFrame, by: list[str]) -> DataFrame:
+    """One row per `by` with <metric>_p<q>_us columns, from (by..., metric, p50, p95, p99) rows."""
     aggs = []
     for m in LATENCY_METRICS:
-        for p in PERCENTILES:
-            name = "p%g" % (p * 100)
+        for name in PCT_NAMES:
             aggs.append(F.max(F.when(F.col("metric") == m, F.col(name))).alias("%s_%s_us" % (m, name)))
-    return pct.groupBy(*by).agg(*aggs) if by else pct.agg(*aggs)
+    out = pct.groupBy(*by).agg(*aggs) if by else pct.agg(*aggs)
+    return out.select(*by, *LATENCY_WIDE)
 
 
 def transform_recoveries(losses: DataFrame, window_seconds: int = 3600) -> DataFrame:
@@ -789,36 +809,20 @@ def _rates() -> list[Column]:
     ]
 
 
-def _latency_pivot(value: str = "value_us", weight: str = "n", approx: bool = False) -> list[Column]:
-    """<metric>_p<q>_us of the (metric, value, weight) rows in the group, as aggregate
-    expressions (rows of other sources have null values and are ignored by percentile).
-    approx: where the exact one is null (a group too large for exact percentiles: its multiset
-    rows were left out), the approximate one of its transform_latency_groups row (`_am` metric,
-    `_pa` percentiles)."""
-    out = []
-    for m in LATENCY_METRICS:
-        this = "metric = '%s'" % m
-        pct = "percentile(CASE WHEN %s THEN `%s` END, array(%s), CASE WHEN %s THEN `%s` END)" % (
-            this,
-            value,
-            ", ".join("%rD" % p for p in PERCENTILES),
-            this,
-            weight,
-        )
-        for i, p in enumerate(PERCENTILES):
-            e = "%s[%d]" % (pct, i)
-            if approx:
-                e = "coalesce(%s, CAST(max(CASE WHEN _am = '%s' THEN _pa[%d] END) AS DOUBLE))" % (e, m, i)
-            out.append(F.expr("%s AS %s_p%g_us" % (e, m, p * 100)))
-    return out
+def _pct_pivot(metric: str = "_pm", prefix: str = "_") -> list[Column]:
+    """<metric>_p<q>_us as aggregate expressions over rows of (metric, <prefix>p50, ...) columns
+    (one row per metric; rows of other sources have a null metric)."""
+    return [
+        F.expr("max(CASE WHEN %s = '%s' THEN %s%s END) AS %s_%s_us" % (metric, m, prefix, name, m, name))
+        for m in LATENCY_METRICS
+        for name in PCT_NAMES
+    ]
 
 
 def transform_device_latency(values: DataFrame) -> DataFrame:
     """Per device: <metric>_p<q>_us (exact percentiles of transform_latency_values output). On data
     partitioned by device (transform_by_device) the aggregation needs no exchange."""
-    return _latency_wide(transform_percentiles(values, ["device_id"]), ["device_id"]).select(
-        "device_id", *LATENCY_WIDE
-    )
+    return latency_wide(transform_percentiles(values, ["device_id"]), ["device_id"])
 
 
 def transform_stack(parts: dict[str, DataFrame]) -> DataFrame:
@@ -864,29 +868,19 @@ def transform_worst(devices: DataFrame, n: int = 10) -> DataFrame:
     return top.withColumn("rank", F.row_number().over(Window.orderBy(*order))).select(*WORST_COLS)
 
 
-def transform_compare(
-    cw: DataFrame,
-    rec: DataFrame,
-    rst: DataFrame,
-    lat: DataFrame,
-    dim: str,
-    groups: DataFrame | None = None,
-    big: Any = (),
-) -> DataFrame:
+def transform_compare(cw: DataFrame, rec: DataFrame, rst: DataFrame, pct: DataFrame, dim: str) -> DataFrame:
     """Fleet metrics side by side for each value of `dim` (firmware_version or transport): one
-    aggregation of _roll_source with the latency multiset (`lat`: transform_latency_counts).
-    `big`, `groups`: the groups too large for exact percentiles and their approximate ones
-    (transform_latency_groups); the others are exact."""
-    exact_rows = "NOT %s" % latency_gate(big, dim)
-    extra = [lat.where(exact_rows).selectExpr(dim, "metric", "value_us", "n AS _n")]
-    if groups is not None:
-        extra.append(groups.where("_set = '%s'" % dim).selectExpr(dim, "metric AS _am", "_pa"))
-    src = _roll_source(cw, rec, rst, [*COMPARE_SUMS, "reorder_depth_max"], *extra)
+    aggregation of _roll_source with the latency percentiles of the value (`pct`:
+    transform_fleet_percentiles output, its rows of kind `dim`)."""
+    mine = pct.where("kind = '%s'" % dim).selectExpr(
+        "key AS `%s`" % dim, "metric AS _pm", *("%s AS _%s" % (c, c) for c in PCT_NAMES)
+    )
+    src = _roll_source(cw, rec, rst, [*COMPARE_SUMS, "reorder_depth_max"], mine)
     out = src.groupBy(dim).agg(
         F.expr("CAST(size(collect_set(CASE WHEN _cw THEN device_id END)) AS BIGINT) AS devices"),
         *(_sum0(c) for c in [*COMPARE_SUMS, "boots_seen", "restarts", *_RECOVERY_ROLL]),
         *(_max0(c) for c in ["reorder_depth_max", "recovery_us_max"]),
-        *_latency_pivot(weight="_n", approx=groups is not None),
+        *_pct_pivot(),
     )
     return out.select("*", *_rates()).selectExpr(
         *_bq(
@@ -914,27 +908,9 @@ def transform_loss_over_time(cw: DataFrame, rec: DataFrame, rst: DataFrame) -> D
     return out.select("*", _ratiox("lost", "`unique` + lost", "loss_rate")).selectExpr(*_bq(LOSS_TIME_COLS))
 
 
-def transform_fleet_latency(lat: DataFrame, groups: DataFrame | None = None, big: Any = ()) -> DataFrame:
-    """Fleet-wide latency percentiles per metric: exact (from the multiset `lat`), approximate for
-    the metrics in `big` (from `groups`, as transform_compare)."""
-    if groups is None:
-        return transform_percentiles(lat, []).select(*LATENCY_COLS)
-    exact_rows = lat.where("NOT %s" % latency_gate(big, "fleet")).selectExpr("metric", "value_us", "n")
-    src = exact_rows.unionByName(
-        groups.where("_set = 'fleet'").selectExpr("metric", "n AS _gn", "_pa"), allowMissingColumns=True
-    )
-    pct = "percentile(value_us, array(%s), n)" % ", ".join("%rD" % p for p in PERCENTILES)
-    return (
-        src.groupBy("metric")
-        .agg(
-            F.expr("CAST(coalesce(max(_gn), sum(n)) AS BIGINT) AS n"),
-            *(
-                F.expr("coalesce(%s[%d], CAST(max(_pa[%d]) AS DOUBLE)) AS p%g" % (pct, i, i, p * 100))
-                for i, p in enumerate(PERCENTILES)
-            ),
-        )
-        .select(*LATENCY_COLS)
-    )
+def transform_fleet_latency(pct: DataFrame) -> DataFrame:
+    """Fleet-wide latency percentiles per metric (`pct`: transform_fleet_percentiles output)."""
+    return pct.where("kind = 'fleet'").select(*LATENCY_COLS)
 
 
 SUMMARY_COLS = [
@@ -953,18 +929,13 @@ def transform_summary(devices: DataFrame, fleet_latency: DataFrame) -> DataFrame
     (`fleet_latency`: transform_fleet_latency). One aggregation of the two as rows of one
     DataFrame (a crossJoin of two one-row aggregates costs a broadcast, a job of its own)."""
     src = devices.selectExpr("true AS _dev", *_bq([*ROLLUP_SUMS, *ROLLUP_MAXES])).unionByName(
-        fleet_latency.selectExpr("metric", *("p%g" % (p * 100) for p in PERCENTILES)),
+        fleet_latency.select("metric", *PCT_NAMES),
         allowMissingColumns=True,
     )
-    pivot = [
-        F.expr("max(CASE WHEN metric = '%s' THEN p%g END) AS %s_p%g_us" % (m, p * 100, m, p * 100))
-        for m in LATENCY_METRICS
-        for p in PERCENTILES
-    ]
     tot = src.agg(
         F.expr("count(_dev) AS devices"),
         *(_sum0(c) for c in ROLLUP_SUMS),
         *(_max0(c) for c in ROLLUP_MAXES),
-        *pivot,
+        *_pct_pivot("metric", ""),
     )
     return tot.select("*", *_rates()).selectExpr(*_bq(SUMMARY_COLS))

@@ -318,7 +318,7 @@ def test_exact_latency_percentiles_match_numpy(spark: SparkSession) -> None:
         r["gen_ts"] = r["host_rx_ts"] - dt.timedelta(microseconds=2 * c)
     rows[0]["gen_ts"] = None  # unknown generation time: left out of gen_to_rx
     values = T.transform_latency_values(T.transform_arrivals(arrivals_df(spark, rows)))
-    lat = T.transform_fleet_latency(T.transform_latency_counts(values))
+    lat = T.transform_fleet_latency(T.transform_fleet_percentiles(T.transform_latency_counts(values)))
     got = {r["metric"]: r for r in lat.collect()}
     for metric, values in (("rx_to_commit", commit_us), ("gen_to_rx", [2 * c for c in commit_us[1:]])):
         assert got[metric]["n"] == len(values)
@@ -353,7 +353,7 @@ def test_devices_worst_and_compare(spark: SparkSession) -> None:
     rec = T.transform_recoveries(empty_losses)
     rst = T.transform_restarts(boots)
     values = T.transform_latency_values(T.transform_arrivals(arrivals_df(spark, a + b + c)))
-    lat = T.transform_latency_counts(values)
+    pct = T.transform_fleet_percentiles(T.transform_latency_counts(values))
     devices = T.transform_devices(cw, rec, rst, T.transform_device_latency(values))
     # z has a boot but no arrivals: it is still a device (full join), with zero counts
     assert_rows(
@@ -365,7 +365,7 @@ def test_devices_worst_and_compare(spark: SparkSession) -> None:
     )
     worst = T.transform_worst(devices, 2)
     assert_rows(spark, worst, ["rank", "device_id"], [(1, "c"), (2, "a")], ["rank"])
-    fw = T.transform_compare(cw, rec, rst, lat, "firmware_version")
+    fw = T.transform_compare(cw, rec, rst, pct, "firmware_version")
     assert_rows(
         spark,
         fw,
@@ -373,7 +373,7 @@ def test_devices_worst_and_compare(spark: SparkSession) -> None:
         [("1.0.0", 1, 3, 1, 0), ("1.1.0", 2, 6, 3, 1)],
         ["firmware_version"],
     )
-    tr = T.transform_compare(cw, rec, rst, lat, "transport").where(F.col("transport") == "serial")
+    tr = T.transform_compare(cw, rec, rst, pct, "transport").where(F.col("transport") == "serial")
     assert_rows(
         spark,
         tr,
@@ -448,63 +448,3 @@ def test_bucketed_lead_domains_equal_one_window_per_domain(spark: SparkSession, 
         cut = T.transform_order(T.transform_leads(arr, bits), bits)
         assert cut.count() == one.count() > 0
         assert cut.exceptAll(one).count() == 0 and one.exceptAll(cut).count() == 0
-
-
-def test_fleet_percentiles_exact_when_small_approximate_within_the_stated_rank_error(
-    spark: SparkSession,
-) -> None:
-    # a fleet-level group of at most `exact_max` values gets exact percentiles
-    # (numpy's linear interpolation), a larger one percentile_approx, whose answer's rank is within
-    # n / accuracy of p * n. Here: firmware 1.0.0 (40 values) is small, 2.0.0 (2,000) and the
-    # fleet are large; accuracy 100 allows a rank error of 20 (2,040 / 100) in the fleet.
-    rng = np.random.default_rng(7)
-    commit = rng.integers(0, 1_000_000, 2_040).tolist()
-    rows = stream(list(range(40)), device_id="a", firmware_version="1.0.0", transport="serial")
-    rows += stream(list(range(2_000)), device_id="b", firmware_version="2.0.0")
-    for r, c in zip(rows, commit, strict=True):
-        r["host_commit_ts"] = r["host_rx_ts"] + dt.timedelta(microseconds=c)
-    values = T.transform_latency_values(T.transform_arrivals(arrivals_df(spark, rows)))
-    big = {("fleet", None, "rx_to_commit"), ("firmware_version", "2.0.0", "rx_to_commit")}
-    big.add(("transport", "udp", "rx_to_commit"))  # (job.profile_input finds these: > 1,000 values)
-    lat, groups = T.transform_latency_counts(values), T.transform_latency_groups(values, big, accuracy=100)
-    assert groups is not None
-    assert sorted((r["_set"], r["n"]) for r in groups.collect()) == [
-        ("firmware_version", 2_000),
-        ("fleet", 2_040),
-        ("transport", 2_000),
-    ]
-    # large groups of some kinds only (a transport and the fleet): the missing dimension is null
-    some = T.transform_latency_groups(values, {g for g in big if g[0] != "firmware_version"}, accuracy=100)
-    assert some is not None
-    assert sorted((r["_set"], r["firmware_version"], r["transport"], r["n"]) for r in some.collect()) == [
-        ("fleet", None, None, 2_040),
-        ("transport", None, "udp", 2_000),
-    ]
-    fleet = T.transform_fleet_latency(lat, groups, big).collect()
-    assert [(r["metric"], r["n"]) for r in fleet] == [("rx_to_commit", 2_040)]  # no gen_ts: no gen_to_rx
-    cw = T.transform_channel_windows(rows_of(spark, rows))
-    rec, rst = (
-        T.transform_recoveries(table_df(spark, "losses", [])),
-        T.transform_restarts(table_df(spark, "boots", [])),
-    )
-    by_fw = {
-        r["firmware_version"]: r
-        for r in T.transform_compare(cw, rec, rst, lat, "firmware_version", groups, big).collect()
-    }
-    for q in (50, 95, 99):
-        small = np.sort(commit[:40])
-        assert by_fw["1.0.0"]["rx_to_commit_p%d_us" % q] == pytest.approx(
-            float(np.percentile(small, q)), rel=1e-12
-        )
-        for got, v in (
-            (by_fw["2.0.0"]["rx_to_commit_p%d_us" % q], commit[40:]),
-            (fleet[0]["p%d" % q], commit),
-        ):
-            v = np.sort(v)
-            n, p = len(v), q / 100
-            assert got in set(v.tolist())  # an order statistic, not an interpolation
-            assert np.searchsorted(v, got, "right") >= p * n - n / 100 - 1
-            assert np.searchsorted(v, got, "left") <= p * n + n / 100 + 1
-    # without groups: every percentile exact, as before (the oracle's definition)
-    whole = T.transform_fleet_latency(lat).collect()[0]
-    assert whole["p95"] == pytest.approx(float(np.percentile(commit, 95)), rel=1e-12)

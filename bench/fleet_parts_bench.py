@@ -1,0 +1,163 @@
+"""Parts of the fleet job side by side in one JVM: each part's DataFrame over the same export run
+into Spark's `noop` sink (or the whole job), alternated for --rounds rounds, JVM CPU seconds and
+wall seconds per run; the first round is the JVM's warm-up and is printed but not in the medians.
+
+\b
+    nice .venv/bin/python bench/fleet_parts_bench.py --rows 10000000            # every part
+    nice .venv/bin/python bench/fleet_parts_bench.py --rows 10000000 --parts fleet_approx fleet_exact
+    nice .venv/bin/python bench/fleet_parts_bench.py --export DIR --parts job   # an existing export
+
+Parts (PARTS): the fleet-level percentiles as percentile_approx sketches (the form the job used
+before its percentiles were exact, for the comparison) and as exact ones from value counts, the
+value counts alone (per firmware and transport; per release and day for the rollouts; both in one
+count per firmware, transport and day), the per-device percentiles, and the whole job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+from fleet_bench import ROW_BYTES, generate_export, jvm_cpu_seconds  # bench/ is the script's path
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from leadwire.fleet import rollout as R
+from leadwire.fleet import transforms as T
+from leadwire.fleet.extract import DateRange, extract
+from leadwire.fleet.job import local_session, run_job
+from leadwire.fleet.progress import Progress
+from leadwire.fleet.synth import SynthConfig
+
+APPROX_ACCURACY = 10_000
+
+
+def fleet_approx(values: DataFrame) -> DataFrame:
+    """Fleet-level percentiles as three percentile_approx aggregations (per firmware, transport,
+    fleet) over every latency value: what exact percentiles from counts are measured against."""
+    pa = "percentile_approx(value_us, array(%s), %d) AS _pa" % (
+        ", ".join("%rD" % p for p in T.PERCENTILES),
+        APPROX_ACCURACY,
+    )
+    out = None
+    for by in (["firmware_version"], ["transport"], []):
+        d = values.groupBy(*by, "metric").agg(F.expr("count(1) AS n"), F.expr(pa))
+        d = d.selectExpr("'%s' AS kind" % (by[0] if by else "fleet"), "metric", "n", "_pa")
+        out = d if out is None else out.unionByName(d)
+    assert out is not None
+    return out
+
+
+def shared_counts(arr: DataFrame, window_seconds: int) -> DataFrame:
+    """One count per (firmware, transport, rollout window, metric, value): what both the fleet
+    percentiles and the rollout latency could read."""
+    ws = "timestamp_micros(rx_us - pmod(rx_us, %d))" % (window_seconds * 1_000_000)
+    long = arr.selectExpr(
+        "firmware_version",
+        "transport",
+        "%s AS window_start" % ws,
+        "inline(array(struct('rx_to_commit' AS metric, commit_us AS value_us), "
+        "struct('gen_to_rx' AS metric, e2e_us AS value_us)))",
+    ).where("value_us IS NOT NULL")
+    return long.groupBy("firmware_version", "transport", "window_start", "metric", "value_us").count()
+
+
+PARTS: dict[str, Callable[[DataFrame], DataFrame]] = {
+    "fleet_approx": lambda arr: fleet_approx(T.transform_latency_values(arr)),
+    "fleet_counts": lambda arr: T.transform_latency_counts(T.transform_latency_values(arr)),
+    "fleet_exact": lambda arr: T.transform_fleet_percentiles(
+        T.transform_latency_counts(T.transform_latency_values(arr))
+    ),
+    "rollout_counts": lambda arr: R.transform_latency_counts(arr, R.ROLLOUT_WINDOW_SECONDS),
+    "shared_counts": lambda arr: shared_counts(arr, R.ROLLOUT_WINDOW_SECONDS),
+    "device_pct": lambda arr: T.transform_device_latency(
+        T.transform_latency_values(T.transform_by_device(arr))
+    ),
+}
+
+
+def run_part(spark: SparkSession, export: str, name: str) -> tuple[float, float]:
+    """One run of a part: (JVM CPU seconds, wall seconds)."""
+    t, c = time.monotonic(), jvm_cpu_seconds(spark)
+    if name == "job":
+        out = tempfile.mkdtemp(prefix="fleet-parts-job-")
+        try:
+            run_job(export, out, spark, report=False, progress=False)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+    else:
+        inputs = extract(spark, export, DateRange(), Progress(enabled=False))
+        df = PARTS[name](T.transform_arrivals(inputs.arrivals, 3600))
+        df.write.format("noop").mode("overwrite").save()
+    return jvm_cpu_seconds(spark) - c, time.monotonic() - t
+
+
+@click.command(help=__doc__, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--rows", type=int, default=10_000_000, show_default=True)
+@click.option("--export", default=None, help="an existing export (else one of --rows is generated)")
+@click.option("--parts", multiple=True, help="parts to run (repeatable; default every part and the job)")
+@click.argument("more_parts", nargs=-1)
+@click.option("--rounds", type=int, default=3, show_default=True)
+@click.option("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out", "fleet-parts"))
+@click.option("--driver-memory", default="8g", show_default=True)
+@click.option("--conf", multiple=True, metavar="KEY=VALUE", help="extra Spark conf at session start")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
+def main(**o: Any) -> None:
+    names = [*o["parts"], *o["more_parts"]] or [*PARTS, "job"]
+    bad = [n for n in names if n != "job" and n not in PARTS]
+    if bad:
+        sys.exit("unknown part(s): %s (known: %s, job)" % (", ".join(bad), ", ".join(PARTS)))
+    export = o["export"]
+    if export is None:
+        export = os.path.join(o["out"], "export-%d" % o["rows"])
+        if not os.path.isdir(export):
+            cfg = SynthConfig(rows=o["rows"], lead_errors=5, dup_flag_errors=3, seed=o["rows"] % 997)
+            generate_export(cfg, export, 1_000_000)
+    log = sys.stderr if o["as_json"] else sys.stdout
+    runs: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
+    with local_session(
+        "local[2]",
+        o["rows"] * ROW_BYTES,
+        None,
+        o["driver_memory"],
+        app_name="leadwire-fleet-parts",
+        extra=dict(kv.split("=", 1) for kv in o["conf"]),
+    ) as session:
+        for k in range(o["rounds"]):
+            for n in names:
+                cpu, wall = run_part(session.spark, export, n)
+                runs[n].append((cpu, wall, os.getloadavg()[0]))
+                print(
+                    "[parts] round %d %-15s %7.1f JVM CPU s %6.1f s load %.1f"
+                    % (k, n, cpu, wall, runs[n][-1][2]),
+                    file=log,
+                    flush=True,
+                )
+    doc = {}
+    for n, rs in runs.items():
+        warm = rs[1:] or rs
+        doc[n] = {
+            "jvm_cpu_median": round(statistics.median(r[0] for r in warm), 2),
+            "seconds_median": round(statistics.median(r[1] for r in warm), 2),
+            "jvm_cpu": [round(r[0], 2) for r in rs],
+            "load": [round(r[2], 1) for r in rs],
+        }
+        print(
+            "%-15s warm median %7.1f JVM CPU s %6.1f s  (every round: %s)"
+            % (n, doc[n]["jvm_cpu_median"], doc[n]["seconds_median"], doc[n]["jvm_cpu"]),
+            file=log,
+        )
+    if o["as_json"]:
+        print(json.dumps({"rows": o["rows"], "export": export, "parts": doc}))
+
+
+if __name__ == "__main__":
+    main()
