@@ -963,7 +963,8 @@ def adaptive_phase(res: dict[str, Any]) -> None:
     "--fleet-hello-interval",
     type=float,
     default=None,
-    help="polling.hello_interval of the fleet runs (s; default: the bridge's, 10 s)",
+    help="polling.hello_interval of the fleet runs (s; default: the bridge's, 10 s); only devices without"
+    " a key get a periodic HELLO (--fleet-no-auth)",
 )
 @click.option(
     "--fleet-probe/--no-fleet-probe",

@@ -575,19 +575,19 @@ class Scheduler:
         now = self.loop.time()
         dl = self.deadlines
         udp = self.bridge._udp
+        later = False  # deadlines left for the loop's next turn (more datagrams queued)
         while dl and dl[0][0] <= now:
             _, _, r, gen = dl[0]
             if udp is not None and r.waiting and r.gen == gen:
                 # a request out past its deadline: first every datagram queued (answers that came
                 # while the loop was busy are answers, not timeouts), then look at it again. A
                 # slice at a time: with more queued (a stall's worth: thousands of answers, 100+ ms
-                # to read), the rest of this wake-up runs on the loop's next turn, so no one
-                # callback holds the loop for all of them (the reader, the flusher run between)
+                # to read), the deadlines wait for the loop's next turn, so no one callback holds
+                # the loop for all of them (the reader and the flusher run between); the requests
+                # due go out now
                 if udp.drain(self.SLICE, False):
-                    if not self._resume:
-                        self._resume = True
-                        self.loop.call_soon(self._wake)
-                    return
+                    later = True
+                    break
                 udp = None
                 continue
             heapq.heappop(dl)
@@ -614,6 +614,11 @@ class Scheduler:
         while due and due[0][0] <= now:
             self.ready.append(heapq.heappop(due)[2])
         self.run_ready()
+        if later:
+            if not self._resume:
+                self._resume = True
+                self.loop.call_soon(self._wake)
+            return
         self._arm()
 
     def _schedule_due(self, r: DeviceRunner, at: float, now: float) -> None:
@@ -626,8 +631,6 @@ class Scheduler:
 
 class Bridge:
     """The bridge daemon. Use: ``b = Bridge(cfg); await b.start(); ...; await b.stop()``."""
-
-    DRAIN_SLICE = 512  # clients a commit drains before the loop's turn (_drain)
 
     def __init__(
         self, cfg: BridgeConfig, log: logging.Logger | None = None, keep_latencies: bool = False
@@ -856,9 +859,9 @@ class Bridge:
             return 0
         async with self._flush_lock:
             batch = Batch()
-            self.pending_rows = 0
-            await self._drain(batch, periodic)
+            drain(self.clients.values(), batch, asyncio.get_running_loop().time() if periodic else None)
             batch.seen, self.seen = self.seen, []
+            self.pending_rows = 0
             if not batch.devices and not batch.seen:
                 self._flushed.set()
                 self.sched.resume()
@@ -897,19 +900,6 @@ class Bridge:
                     self.latencies_us.extend(lat)
             self._flushed.set()
             return batch.arrivals
-
-    async def _drain(self, batch: Batch, periodic: bool) -> None:
-        """store.drain of every client into the batch, DRAIN_SLICE clients at a time, the loop's
-        turn between (5,000 clients are 30-70 ms of CPU: answers and due requests wait less). Each
-        client is drained whole, its rows with its offset n: what it gets after its slice goes in
-        the next commit."""
-        loop = asyncio.get_running_loop()
-        clients = list(self.clients.values())
-        k = self.DRAIN_SLICE
-        for i in range(0, len(clients), k):
-            if i:
-                await asyncio.sleep(0)
-            drain(clients[i : i + k], batch, loop.time() if periodic else None)
 
     async def stop(self) -> None:
         """Stop polling, commit what was received (the in-flight transaction), close everything."""
