@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,16 +103,25 @@ def exact(f: Fleet) -> None:
         ]
 
 
-def test_periodic_hello_goes_between_two_polls_and_every_poll_keeps_its_due_time(tmp_path: Path) -> None:
+def run_fleet(tmp: Path, keys: list[bytes | None], polling: dict[str, Any], seconds: float,
+              setup: Callable[[Fleet], None] = lambda f: None) -> Fleet:  # fmt: skip
+    """A Fleet (a device per key) set up by `setup`, each device writing an event every 0.3 s,
+    started SPREAD apart and run for `seconds` of virtual time."""
+
     async def main() -> Fleet:
-        f = Fleet(tmp_path, [None, None], POLLING, rtt=RTT)
+        f = Fleet(tmp, keys, polling, rtt=RTT)
+        setup(f)
         write_every(f, 0.3, 1)
         f.start(SPREAD)
-        await asyncio.sleep(10.0)
+        await asyncio.sleep(seconds)
         f.stop()
         return f
 
-    f = virtual_loop.run(main())
+    return virtual_loop.run(main())
+
+
+def test_periodic_hello_goes_between_two_polls_and_every_poll_keeps_its_due_time(tmp_path: Path) -> None:
+    f = run_fleet(tmp_path, [None, None], POLLING, 10.0)
     for i, link in enumerate(f.links):
         got = kinds(link)
         want = expected(T0 + i * SPREAD, T0 + 10.0, 2.0)
@@ -133,17 +143,11 @@ def test_periodic_hello_goes_between_two_polls_and_every_poll_keeps_its_due_time
 
 
 def test_a_lost_periodic_hello_leaves_the_poll_on_time_and_goes_again_at_the_next_gap(tmp_path: Path) -> None:
-    async def main() -> Fleet:
-        f = Fleet(tmp_path, [None], POLLING, rtt=RTT)
+    def lose_hellos(f: Fleet) -> None:
         f.links[0].drop = lambda i, fr: fr.type == wire.HELLO and i > 0 and not dropped.append(i)
-        write_every(f, 0.3, 1)
-        f.start(SPREAD)
-        await asyncio.sleep(4.0)
-        f.stop()
-        return f
 
     dropped: list[int] = []
-    f = virtual_loop.run(main())
+    f = run_fleet(tmp_path, [None], POLLING, 4.0, lose_hellos)
     got = kinds(f.links[0])
     polls = [t for t, k in got if k == wire.POLL]
     hellos = [t for t, k in got if k == wire.HELLO]
@@ -162,16 +166,10 @@ def test_a_late_hello_answer_delays_only_the_poll_after_it(tmp_path: Path) -> No
     """The HELLO's RTO is longer than the gap before the POLL (rto_min 0.3 s) and its answer takes
     0.28 s: the POLL waits for it (one request out at a time), then the grid goes on."""
 
-    async def main() -> Fleet:
-        f = Fleet(tmp_path, [None], {**POLLING, "rto_min": 0.3, "timeout": 0.5}, rtt=RTT)
+    def slow_hellos(f: Fleet) -> None:
         f.links[0].slow = lambda i, fr: 0.28 if fr.type == wire.HELLO and i > 0 else None
-        write_every(f, 0.3, 1)
-        f.start(SPREAD)
-        await asyncio.sleep(3.0)
-        f.stop()
-        return f
 
-    f = virtual_loop.run(main())
+    f = run_fleet(tmp_path, [None], {**POLLING, "rto_min": 0.3, "timeout": 0.5}, 3.0, slow_hellos)
     got = kinds(f.links[0])
     h = [t for t, k in got if k == wire.HELLO][1]
     assert h == pytest.approx(grid(T0 + RTT + 4.5 * IV), abs=1e-9)  # between the POLLs due at 2.0, 2.5 s
