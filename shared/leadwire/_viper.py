@@ -110,19 +110,28 @@ def write(self, d: ptr8, channel: int, m: int):  # noqa: F821
         k -= 1
 
 
-# The ring's EVENTS answer, COBS-encoded (EventRing.answer_cobs, after _classify found EVENT and
-# left the distance in st[7]; answer_into's bytecode is the reference and says what the frame
-# holds): the header, then the records read in the store, go through the CRC and the COBS encoder
-# in one pass, the CRC bytes after them, then the delimiter; returns the size in cb (buf holds the
-# header and the CRC only). q, crc, o arrive holding the poll's hi, lo and tag: the three
-# registers, which the byte loop reuses. t: crc16.TABLE; k max_events, m max_bytes, index the
-# frame's in its burst, n len(buf).
+# The ring's EVENTS answer, COBS-encoded (EventRing.answer_cobs and respond; answer_into's bytecode
+# is the reference and says what the frame holds): when the poll is spec 004's case 1 (EventRing.
+# _classify's EVENT: newest - n mod 2^32 in 1..count, left in st[7]), the header, then the records
+# read in the store, go through the CRC and the COBS encoder in one pass, the CRC bytes after
+# them, then the delimiter; returns the size in cb (buf holds the header and the CRC only), else
+# -1 with nothing written (the caller answers in bytecode). q, crc, o arrive holding the poll's
+# hi, lo and tag: the three registers, which the byte loop reuses. t: crc16.TABLE; k max_events,
+# m max_bytes, index the frame's in its burst, n len(buf).
 
 
 @micropython.viper
 def answer(q: int, crc: int, o: int, st: ptr32, buf: ptr8, cb: ptr8, t: ptr16, k: int, m: int, index: int, n: int) -> int:  # noqa: E501, F821
     hi = q
     lo = crc
+    x = st[2] - lo  # newest - n, on halves (_classify)
+    f = st[1] - hi
+    if x < 0:
+        x += 0x10000
+        f -= 1
+    if f & 0xFFFF or x == 0 or x > st[3]:
+        return -1  # not EVENT: NO_EVENT, RECOVERY
+    st[7] = x
     if n - 12 < m:
         m = n - 12
     if m > 2047:
@@ -131,7 +140,7 @@ def answer(q: int, crc: int, o: int, st: ptr32, buf: ptr8, cb: ptr8, t: ptr16, k
         k = 255
     a = (st[14] | ((st[15] << 16) << 16)) + st[16]  # the store, from its first record
     w = st[6]
-    x = st[7] - 1  # events after s(n)
+    x -= 1  # events after s(n)
     h = st[0] - x  # the slot of s(n)
     if h < 0:
         h += st[5]

@@ -192,9 +192,10 @@ class EventRing:
         the native pass is checked against. Allocates nothing."""
         if dst is None:  # (respond: a link whose frames go as they are)
             return self.answer_into(buf, hi, lo, max_events, max_bytes, tag, index, follow)
-        if answer is not None and self._classify(hi, lo) == EVENT:
-            st = self._st
-            return answer(hi, lo, tag, st, buf, dst, self.TABLE, max_events, max_bytes, index, len(buf))
+        if answer is not None:  # EVENTS natively (it classifies the poll: -1 when not EVENT)
+            m = answer(hi, lo, tag, self._st, buf, dst, self.TABLE, max_events, max_bytes, index, len(buf))
+            if m >= 0:
+                return m
         m = self.answer_into(buf, hi, lo, max_events, max_bytes, tag, index, follow)
         m = EventRing.encode_into(buf, m, dst, 0)  # (through the class: not a bound method)
         dst[m] = 0
@@ -229,11 +230,15 @@ class EventRing:
         st = self._st
         while True:
             c = None if dst is None else L[dst]  # read each frame: d may hand the link another
-            heap_lock()
-            try:
-                m = self.answer_cobs(buf, c, hi, lo, n, max_bytes, b[3], index, follow and index + 1 < f)
-            finally:
-                heap_unlock()
+            m = -1
+            if c is not None and answer is not None:  # EVENTS natively (answer_cobs's, one call less)
+                m = answer(hi, lo, b[3], st, buf, c, self.TABLE, n, max_bytes, index, len(buf))
+            if m < 0:
+                heap_lock()
+                try:
+                    m = self.answer_cobs(buf, c, hi, lo, n, max_bytes, b[3], index, follow and index + 1 < f)
+                finally:
+                    heap_unlock()
             count += d(L, buf if c is None else c, m, a)
             index += 1
             if index == f or not st[_SBACK]:  # 0 unless EVENTS, or a RECOVERY going on (follow)
