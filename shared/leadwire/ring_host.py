@@ -8,47 +8,23 @@ from leadwire.ring import EVENT, NO_EVENT, RECOVERY, EventRing
 from leadwire.wire import BATCH_HEAD, MAX_BATCH, RECORD_HEAD
 
 
+def _slot(i):
+    # a read-only view of the ring's state slot i (EventRing._st; ring.py's _S* numbers)
+    return property(lambda self: self._st[i])
+
+
 class HostRing(EventRing):
     # the ring's state (EventRing._st) by name, for the host and the tests
-    @property
-    def slot_size(self):
-        return self._st[13]
-
-    @property
-    def count(self):
-        return self._st[3]
-
-    @property
-    def overwritten(self):
-        return self._st[4]
-
-    @property
-    def _hi(self):
-        return self._st[1]
-
-    @property
-    def _lo(self):
-        return self._st[2]
-
-    @property
-    def _head(self):
-        return self._st[0]
-
-    @property
-    def _d(self):
-        return self._st[7]
-
-    @property
-    def last_hi(self):
-        return self._st[8]
-
-    @property
-    def last_lo(self):
-        return self._st[9]
-
-    @property
-    def backlog(self):
-        return self._st[10]
+    slot_size = _slot(13)
+    count = _slot(3)
+    overwritten = _slot(4)
+    _hi = _slot(1)
+    _lo = _slot(2)
+    _head = _slot(0)
+    _d = _slot(7)
+    last_hi = _slot(8)
+    last_lo = _slot(9)
+    backlog = _slot(10)
 
     def write(self, payload, channel=0, length=-1):  # type: ignore[override]
         """EventRing.write with the host's defaults: channel 0, the whole payload."""
