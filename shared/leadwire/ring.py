@@ -213,8 +213,9 @@ class EventRing:
         over as d(L, L[dst], size, a); read at each frame (a sender by DMA names the next free
         one there). The frames are
         one snapshot of the ring: no await in between. Returns the frames dropped, or -1 for a
-        bad max_frames (not 1..32: nothing sent). Allocates nothing but what d does (the answer
-        is made with the heap locked)."""
+        bad max_frames (not 1..32: nothing sent). Allocates nothing but what d does (an answer in
+        bytecode is made with the heap locked: its frames go on the C stack; with dst an EVENTS
+        answer is _viper.answer's, called here directly where it loads)."""
         f = b[14] if n == 17 else 1  # wire.POLL_BURST_SIZE (a module attribute is a lookup a POLL)
         follow = f >> 7
         f &= 0x7F
