@@ -114,8 +114,8 @@ def bench(P, k, N, M):
     end = len(P)
     # the POLL's whole path as lwagent.io runs it on a serial link with auth off: the scan (one
     # native call: COBS decode, wire.check), the core's responder (device.respond: the copy rule,
-    # the ring's burst loop, answer_cobs: the answer built COBS-framed in the link's buffer),
-    # lwagent._send (by DMA where the agent attached lwdma, rp2's default, else UART.write), all
+    # the ring's burst loop, the native answer built COBS-framed in the link's buffer), the send
+    # (lwdma.send itself where the agent attached lwdma, rp2's default, else lwagent._send), all
     # with the heap locked; every POLL here is the same one, so the copy record is cleared each time
     L = [None] * 18
     L[0] = u
@@ -125,8 +125,9 @@ def bench(P, k, N, M):
     L[16] = len(buf) - 12
     f = d.frame
     st = d.st
-    if lwagent._dma is not None:  # the agent sent by DMA (rp2's default): from cb and its twin
-        lwagent._dma = lwdma.attach(0, cb)
+    tx = _send
+    if lwagent._dma is not None:  # the agent sent by DMA (rp2's default): from cb and its twin,
+        tx = lwagent._dma = lwdma.attach(0, cb)  # lwdma.send the responder's sender (lwagent.io)
     t = time.ticks_us()
     for j in range(M):
         L[17] = -1
@@ -135,7 +136,7 @@ def bench(P, k, N, M):
             heap_lock()
             p = scan(P, p, end, f, st, TABLE)
             k = st[2]
-            m = respond(L, f, k, None, r, _send) if k > 0 else k
+            m = respond(L, f, k, None, r, tx) if k > 0 else k
             heap_unlock()
             if m:
                 raise ValueError('bad poll %%d' %% m)

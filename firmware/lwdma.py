@@ -154,12 +154,13 @@ def wait():
     return 0
 
 
-def send(L, b, n):
+def send(L, b, n, a=None):
     """b[:n] down link L's line by DMA, COBS-encoded and 0-terminated first unless b is the link's
     COBS buffer (L[_CB]: a frame the ring built there, n its encoded size). Returns the frames
     dropped (0, or 1 after a stuck line). On return L[_CB] is a buffer free to build the next
     frame in: the other of the two, after the line took the one on it when both were taken. L[_CB]
-    is attach()'s b or its twin."""
+    is attach()'s b or its twin. a: unused (the core's responder calls its sender d(L, b, n, a):
+    lwagent's io loop hands it send itself)."""
     # (few locals: a bytecode frame over 11 words comes from the GC heap at every call, ~20k
     # cycles on a Pico's heap, unless the heap is locked)
     cb = L[_CB]
