@@ -7,10 +7,10 @@ wall seconds per run; the first round is the JVM's warm-up and is printed but no
     nice .venv/bin/python bench/fleet_parts_bench.py --rows 10000000 --parts fleet_approx fleet_exact
     nice .venv/bin/python bench/fleet_parts_bench.py --export DIR --parts job   # an existing export
 
-Parts (PARTS): the fleet-level percentiles as percentile_approx sketches (the form the job used
-before its percentiles were exact, for the comparison) and as exact ones from value counts, the
-value counts alone (per firmware and transport; per release and day for the rollouts; both in one
-count per firmware, transport and day), the per-device percentiles, and the whole job.
+Parts (PARTS): the fleet-level percentiles as percentile_approx sketches (three aggregations of
+every latency value, for the comparison) and as exact ones from value counts, the latency value
+counts alone (per firmware, transport, day and metric: what the fleet percentiles and the rollout
+tables read), the per-device percentiles, and the whole job.
 """
 
 from __future__ import annotations
@@ -56,28 +56,12 @@ def fleet_approx(values: DataFrame) -> DataFrame:
     return out
 
 
-def shared_counts(arr: DataFrame, window_seconds: int) -> DataFrame:
-    """One count per (firmware, transport, rollout window, metric, value): what both the fleet
-    percentiles and the rollout latency could read."""
-    ws = "timestamp_micros(rx_us - pmod(rx_us, %d))" % (window_seconds * 1_000_000)
-    long = arr.selectExpr(
-        "firmware_version",
-        "transport",
-        "%s AS window_start" % ws,
-        "inline(array(struct('rx_to_commit' AS metric, commit_us AS value_us), "
-        "struct('gen_to_rx' AS metric, e2e_us AS value_us)))",
-    ).where("value_us IS NOT NULL")
-    return long.groupBy("firmware_version", "transport", "window_start", "metric", "value_us").count()
-
-
 PARTS: dict[str, Callable[[DataFrame], DataFrame]] = {
     "fleet_approx": lambda arr: fleet_approx(T.transform_latency_values(arr)),
-    "fleet_counts": lambda arr: T.transform_latency_counts(T.transform_latency_values(arr)),
+    "latency_counts": lambda arr: T.transform_latency_counts(arr, R.ROLLOUT_WINDOW_SECONDS),
     "fleet_exact": lambda arr: T.transform_fleet_percentiles(
-        T.transform_latency_counts(T.transform_latency_values(arr))
+        T.transform_latency_counts(arr, R.ROLLOUT_WINDOW_SECONDS)
     ),
-    "rollout_counts": lambda arr: R.transform_latency_counts(arr, R.ROLLOUT_WINDOW_SECONDS),
-    "shared_counts": lambda arr: shared_counts(arr, R.ROLLOUT_WINDOW_SECONDS),
     "device_pct": lambda arr: T.transform_device_latency(
         T.transform_latency_values(T.transform_by_device(arr))
     ),

@@ -133,13 +133,11 @@ def stage_carried_tables(run: Run) -> None:
         else:  # a hot device's carried prefix state broadcast to the tasks its buckets went to
             leads = run.keep(C.transform_seeded_lead_carry(dev, domains, broadcast=shape == HOT))
         order = run.cut(C.transform_seeded_order(leads, points, bits))
-        values = T.transform_latency_values(dev)
         rows = C.transform_seeded_rows(order)
         parts = {
             "cw": T.transform_channel_windows(rows, with_mismatches=True),
             "rev": C.transform_revisions(order),
-            "lat_dev": T.transform_device_latency(values),
-            "lat": T.transform_latency_counts(values),
+            "lat_dev": T.transform_device_latency(T.transform_latency_values(dev)),
             "rec": T.transform_recoveries(frames["losses"], spec.window_seconds),
             "bad": order.where("order_violation")
             .selectExpr(*T._bq(T.LEAD_KEY), "arrival", "bridge_id")
@@ -199,7 +197,7 @@ def stage_carried_tables(run: Run) -> None:
             # the rollout tables of the days written: their units' first and last arrival over
             # every run (merged like the windows), the latency of the new rows (as `latency`)
             "_rollout_times": times,
-            "_rollout_latency": T.transform_unstack(stage, "rlat", R.LATENCY_COUNT_COLS),
+            "_rollout_latency": T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS),
             "_boots": boots,
         }
         run.extra["rollout_days"] = days["channel_windows"]

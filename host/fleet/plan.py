@@ -66,7 +66,8 @@ def build_tables(
     results: thousands of rows, not millions.
 
     Fleet-level latency percentiles (latency, summary, by_firmware, by_transport) are exact, from
-    the counts of each latency value per firmware and transport (part `lat`). Whether any lead
+    the counts of each latency value per firmware, transport and rollout window (part `lat`, which
+    the rollout tables read too). Whether any lead
     domain can be longer than a bucket (then both lead-domain passes run in bounded pieces) comes
     from profile_input (one small job).
     """
@@ -86,7 +87,6 @@ def build_tables(
         rows = T.transform_order(T.transform_lead_carry(dev, broadcast=shape == HOT), T.BUCKET_BITS)
     rows = rows.where(T.in_range(F.col("rx_us"), since, until))
     counted = arr.where(T.in_range(F.col("rx_us"), since, until))
-    values = T.transform_latency_values(counted)
     # per-device percentiles on rows partitioned by device: the shuffle of three columns, or in
     # the bucketed shapes the persisted first pass (by device and bucket: partial aggregates, so
     # that a hot device's values are not one task's)
@@ -99,11 +99,11 @@ def build_tables(
     parts = {
         "cw": T.transform_channel_windows(rows, with_mismatches=True),
         "lat_dev": T.transform_device_latency(T.transform_latency_values(by_device_counted)),
-        "lat": T.transform_latency_counts(values),
         # recoveries and restarts (small inputs) in the same job: one job, not three
         "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
         "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
-        # what the rollout tables read from the arrivals: computed with the stage
+        # what the rollout tables read from the arrivals, and the latency multiset (`lat`) the
+        # fleet-level percentiles read too: computed with the stage
         **R.rollout_inputs(counted, R.rollout_window(window_seconds)),
     }
     stage = cut(T.transform_stack(parts))
@@ -126,10 +126,10 @@ def build_tables(
 
 def rollout_parts(stage: DataFrame, boots: DataFrame) -> dict[str, DataFrame]:
     """The rollout stage's inputs (rollout_stage.stage_rollout): the unit times and latency
-    multiset the stage computed (parts `rtimes`, `rlat`), and the boots."""
+    multiset the stage computed (parts `rtimes`, `lat`), and the boots."""
     return {
         "_rollout_times": T.transform_unstack(stage, "rtimes", R.TIME_COLS),
-        "_rollout_latency": T.transform_unstack(stage, "rlat", R.LATENCY_COUNT_COLS),
+        "_rollout_latency": T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS),
         "_boots": boots,
     }
 
@@ -137,7 +137,7 @@ def rollout_parts(stage: DataFrame, boots: DataFrame) -> dict[str, DataFrame]:
 @dataclass(frozen=True)
 class Latency:
     """The latency inputs of the roll-ups: per-device percentiles and the fleet multiset (counts
-    per firmware, transport, metric and value)."""
+    per firmware, transport, rollout window, metric and value)."""
 
     per_device: DataFrame
     counts: DataFrame

@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .columns import REGRESSION_COLS
-from .transforms import LATENCY_WIDE, _bq, latency_wide, transform_exact_percentiles
+from .transforms import LATENCY_WIDE, _bq, latency_wide, transform_exact_percentiles, transform_latency_counts
 
 Z = 1.959963984540054  # two-sided 95%
 # Student's t 0.975 quantiles for 1..30 degrees of freedom; above, the Cornish-Fisher expansion
@@ -74,7 +74,6 @@ UNIT_COLS = [
 ]
 CHANGE_COLS = ["device_id", "firmware_version", "seen_us", "crash_restart", "upgrade"]
 TIME_COLS = ["device_id", "firmware_version", "window_start", "first_rx_us", "last_rx_us"]
-LATENCY_COUNT_COLS = ["firmware_version", "window_start", "metric", "value_us", "n"]
 RATE_COLS = [
     "devices_seen",
     "device_windows",
@@ -326,31 +325,9 @@ def _attributed(units: DataFrame, group: list[str]) -> DataFrame:
     )
 
 
-def transform_latency_counts(arrivals: DataFrame, window_seconds: int = ROLLOUT_WINDOW_SECONDS) -> DataFrame:
-    """The latency multiset (metric, value_us, n) per release and rollout window, from the
-    arrivals (transform_arrivals output, in range): rx_to_commit always, gen_to_rx where known."""
-    ws = _floor("rx_us", window_seconds)
-
-    def one(metric: str, col: str) -> list[str]:
-        return [
-            "firmware_version",
-            "%s AS window_start" % ws,
-            "'%s' AS metric" % metric,
-            "%s AS value_us" % col,
-        ]
-
-    long = arrivals.selectExpr(*one("rx_to_commit", "commit_us")).unionByName(
-        arrivals.where("e2e_us IS NOT NULL").selectExpr(*one("gen_to_rx", "e2e_us"))
-    )
-    return (
-        long.groupBy("firmware_version", "window_start", "metric", "value_us")
-        .agg(F.expr("count(1) AS n"))
-        .select(*LATENCY_COUNT_COLS)
-    )
-
-
 def _latency(lat: DataFrame, by: list[str]) -> DataFrame:
-    """<metric>_p<q>_us per `by` from transform_latency_counts output (exact percentiles)."""
+    """<metric>_p<q>_us per `by` from transforms.transform_latency_counts output (exact
+    percentiles; a value's rows of several transports count together)."""
     return latency_wide(transform_exact_percentiles(lat, by), by)
 
 
@@ -467,11 +444,12 @@ def transform_regressions(releases: DataFrame, before_after: DataFrame) -> DataF
 
 def rollout_inputs(arrivals: DataFrame, window_seconds: int = ROLLOUT_WINDOW_SECONDS) -> dict[str, DataFrame]:
     """What the rollout tables read from the arrivals (transform_arrivals output, rows in range):
-    the unit times and the latency multiset per release and rollout window. The job computes them
-    with its per-arrival stage (parts `rtimes`, `rlat`): the arrivals are read once."""
+    the unit times and the latency multiset per release, transport and rollout window
+    (transforms.transform_latency_counts; the fleet-level percentiles read it too). The job
+    computes them with its per-arrival stage (parts `rtimes`, `lat`): the arrivals are read once."""
     return {
         "rtimes": transform_unit_times(arrivals, window_seconds),
-        "rlat": transform_latency_counts(arrivals, window_seconds),
+        "lat": transform_latency_counts(arrivals, window_seconds),
     }
 
 

@@ -106,7 +106,7 @@ RECOVERY_COLS = [
 RESTART_DIMS = ["device_id", "firmware_version", "transport", "window_start"]
 RESTART_COLS = [*RESTART_DIMS, "boots_seen", "restarts", "detected_by_recovery"]
 LATENCY_VALUE_COLS = ["device_id", "firmware_version", "transport", "metric", "value_us", "n"]
-LATENCY_COUNT_COLS = ["firmware_version", "transport", "metric", "value_us", "n"]
+LATENCY_COUNT_COLS = ["firmware_version", "transport", "window_start", "metric", "value_us", "n"]
 PCT_NAMES = ["p%g" % (p * 100) for p in PERCENTILES]
 LATENCY_COLS = ["metric", "n", *PCT_NAMES]
 # transform_fleet_percentiles: `kind` firmware_version, transport or fleet; `key` the firmware or
@@ -575,12 +575,24 @@ def transform_latency_values(arrivals: DataFrame) -> DataFrame:
     )
 
 
-def transform_latency_counts(values: DataFrame) -> DataFrame:
-    """The latency multiset per firmware and transport, (value_us, n): values repeat across devices,
-    so the firmware, transport and fleet percentiles read far fewer rows than there are values."""
+def transform_latency_counts(arrivals: DataFrame, window_seconds: int) -> DataFrame:
+    """The latency multiset: how often each value (us) occurs per firmware version, transport,
+    window of window_seconds (the job: the rollout window, a day) and metric, from the arrivals
+    (transform_arrivals output, rows counted): rx_to_commit always, gen_to_rx where known. Values
+    repeat across devices, so the fleet-level percentiles (summed over windows) and the rollout's
+    (per release and window; summed over transports) read far fewer rows than there are values,
+    and both read this one aggregation (one scan of the arrivals' columns)."""
+    long = arrivals.selectExpr(
+        "firmware_version",
+        "transport",
+        "timestamp_micros(rx_us - pmod(rx_us, %d)) AS window_start" % (window_seconds * 1_000_000),
+        "inline(array(struct('rx_to_commit' AS metric, commit_us AS value_us), "
+        "struct('gen_to_rx' AS metric, e2e_us AS value_us)))",
+    )
     return (
-        values.groupBy("firmware_version", "transport", "metric", "value_us")
-        .agg(F.sum("n").cast("long").alias("n"))
+        long.where("value_us IS NOT NULL")
+        .groupBy("firmware_version", "transport", "window_start", "metric", "value_us")
+        .agg(F.expr("count(1) AS n"))
         .select(*LATENCY_COUNT_COLS)
     )
 
@@ -637,7 +649,8 @@ def transform_exact_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
 
 
 def transform_fleet_percentiles(counts: DataFrame) -> DataFrame:
-    """The fleet-level latency percentiles from transform_latency_counts output, exact: per
+    """The fleet-level latency percentiles from value counts (firmware_version, transport, metric,
+    value_us, n: transform_latency_counts output), exact: per
     firmware version (kind firmware_version), per transport (kind transport) and for the fleet
     (kind fleet, key null), per metric. Each count row counts in its firmware's, its transport's
     and the fleet's group (one row per kind, summed per value), then one window sorts them all

@@ -317,8 +317,8 @@ def test_exact_latency_percentiles_match_numpy(spark: SparkSession) -> None:
         r["host_commit_ts"] = r["host_rx_ts"] + dt.timedelta(microseconds=c)
         r["gen_ts"] = r["host_rx_ts"] - dt.timedelta(microseconds=2 * c)
     rows[0]["gen_ts"] = None  # unknown generation time: left out of gen_to_rx
-    values = T.transform_latency_values(T.transform_arrivals(arrivals_df(spark, rows)))
-    lat = T.transform_fleet_latency(T.transform_fleet_percentiles(T.transform_latency_counts(values)))
+    counts = T.transform_latency_counts(T.transform_arrivals(arrivals_df(spark, rows)), 86_400)
+    lat = T.transform_fleet_latency(T.transform_fleet_percentiles(counts))
     got = {r["metric"]: r for r in lat.collect()}
     for metric, values in (("rx_to_commit", commit_us), ("gen_to_rx", [2 * c for c in commit_us[1:]])):
         assert got[metric]["n"] == len(values)
@@ -352,8 +352,9 @@ def test_devices_worst_and_compare(spark: SparkSession) -> None:
     )
     rec = T.transform_recoveries(empty_losses)
     rst = T.transform_restarts(boots)
-    values = T.transform_latency_values(T.transform_arrivals(arrivals_df(spark, a + b + c)))
-    pct = T.transform_fleet_percentiles(T.transform_latency_counts(values))
+    arr = T.transform_arrivals(arrivals_df(spark, a + b + c))
+    values = T.transform_latency_values(arr)
+    pct = T.transform_fleet_percentiles(T.transform_latency_counts(arr, 3600))
     devices = T.transform_devices(cw, rec, rst, T.transform_device_latency(values))
     # z has a boot but no arrivals: it is still a device (full join), with zero counts
     assert_rows(
