@@ -115,8 +115,9 @@ def combine(outs: list[dict[str, Any]], sim: float, devices: int, hz: float, sha
     tot = {k: sum(o[k] for o in outs) for k in keys}
     # rates over each shard's own window (a starved loop's sleep(seconds) lasts longer), summed
     windows = [max(1e-9, o.get("window", seconds)) for o in outs]
-    rate = {k: sum(o[k] / w for o, w in zip(outs, windows, strict=True)) for k in ("rt", "requests",
-                                                                                 "events")}  # fmt: skip
+    per_s = ("rt", "requests", "events", "cpu", "wcpu")
+    rate = {k: sum(o[k] / w for o, w in zip(outs, windows, strict=True)) for k in per_s}
+    sim_rate = sim / seconds  # the simulators' CPU over the parent's window (wall: its own sleep)
     means = sorted(m for o in outs for m in o["mean_ratios"])
     p99s = sorted(p for o in outs for p in o["p99_ratios"])
     rt, ev = max(1, tot["rt"]), max(1, tot["events"])
@@ -139,12 +140,12 @@ def combine(outs: list[dict[str, Any]], sim: float, devices: int, hz: float, sha
         "worst_mean_ratio": max(means, key=lambda m: abs(m - 1.0)) if means else float("nan"),
         "median_p99_ratio": p99s[len(p99s) // 2] if p99s else float("nan"),
         "worst_p99_ratio": p99s[-1] if p99s else float("nan"),
-        "bridge_cpu_percent": 100.0 * tot["cpu"] / seconds,
-        "writer_cpu_percent": 100.0 * tot["wcpu"] / seconds,
-        "sim_cpu_percent": 100.0 * sim / seconds,
+        "bridge_cpu_percent": 100.0 * rate["cpu"],
+        "writer_cpu_percent": 100.0 * rate["wcpu"],
+        "sim_cpu_percent": 100.0 * sim_rate,
         "bridge_cpu_us_per_rt": 1e6 * tot["cpu"] / rt,
         "writer_cpu_us_per_rt": 1e6 * tot["wcpu"] / rt,
-        "sim_cpu_us_per_rt": 1e6 * sim / rt,
+        "sim_cpu_us_per_rt": 1e6 * sim_rate / max(1e-9, rate["rt"]),  # (the windows differ when starved)
         "bridge_cpu_us_per_event": 1e6 * tot["cpu"] / ev,
         "writer_cpu_us_per_event": 1e6 * tot["wcpu"] / ev,
         "round_trips_per_bridge_cpu_s": tot["rt"] / max(1e-9, tot["cpu"]),
