@@ -125,7 +125,7 @@ def test_signed_board_and_the_bridge_process_key_never_in_the_output(tmp_path: P
                 except Exception:
                     pass
                 time.sleep(0.1)
-            time.sleep(1.5)  # past a periodic HELLO: a second handshake, still no reject
+            time.sleep(1.5)  # past hello_interval: a device with a key gets no periodic HELLO, no reject
             p.terminate()
             assert p.wait(timeout=15) == 0
         finally:
