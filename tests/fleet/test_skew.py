@@ -110,77 +110,30 @@ def test_skewed_fleet_equals_truth_and_oracle(skew_run) -> None:
     # (per-device percentiles stay exact: `devices` is among the tables equal to the oracle's)
 
 
-@pytest.mark.spark
-@pytest.mark.timeout(600)
-def test_a_hot_device_is_shuffled_by_device_and_bucket_and_still_equals_the_oracle(
-    spark, tmp_path: Path
-) -> None:
-    """One device with half the rows in one lead domain: shuffled by device alone it is one task;
-    by (device, arrival bucket) the largest task holds at most 3x the median's rows, and the whole
-    job (which picks that shuffle from its input profile) equals the DuckDB oracle."""
-    pytest.importorskip("duckdb")
+# A hot device day by day (half the rows, one lead domain, ~6,000 of its rows a day): the export
+# grows one day's files at a time (a lagging bridge's a day late) and is run with --incremental
+# after each export run, then once in full; both tests below read these runs.
+HOT_DAYS = SynthConfig(rows=36_000, devices=6, hot_device_share=0.5, days=3, seed=17, max_delay=30)
+
+
+@pytest.fixture(scope="module")
+def hot_days(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """With buckets of 2^10 arrivals (the hot device's rows of a day: ~6 buckets) and 8 shuffle
+    tasks: the task sizes of the whole export's arrivals shuffled by device and by (device, bucket),
+    the runs with --incremental after each export run (their logs' shapes, rows read, rows new),
+    and one full run over the whole export (its log and summary)."""
     from pyspark.sql import functions as F
 
     from leadwire.fleet import transforms
-    from leadwire.fleet.job import TABLE_ORDER, Progress, run_job
-    from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
-
-    cfg = SynthConfig(rows=40_000, devices=8, hot_device_share=0.5, seed=13)
-    tables, truth = generate(cfg)
-    write_export(tables, str(tmp_path / "export"))
-    mp = pytest.MonkeyPatch()
-    mp.setattr(transforms, "BUCKET_BITS", 10)  # 2^10 arrivals a bucket: the hot device is ~20 buckets
-    old = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "8")
-    try:
-        arr = transforms.transform_arrivals(spark.read.parquet(str(tmp_path / "export" / "arrivals")))
-
-        def tasks(df: object) -> list[int]:
-            counts = df.groupBy(F.spark_partition_id().alias("p")).count().collect()  # type: ignore[attr-defined]
-            return sorted(r["count"] for r in counts)
-
-        by_device = tasks(transforms.transform_by_device(arr))
-        by_bucket = tasks(transforms.transform_by_device_bucket(arr, 10))
-        assert sum(by_bucket) == sum(by_device) == tables["arrivals"].num_rows
-        assert by_device[-1] >= 0.5 * sum(by_device)  # the hot device's task
-        assert by_bucket[-1] <= 3 * float(np.median(by_bucket)), by_bucket
-        log = io.StringIO()
-        summary = run_job(
-            str(tmp_path / "export"),
-            str(tmp_path / "out"),
-            spark,
-            report=False,
-            progress=Progress(stream=log),
-        )
-        assert "shuffled by device and bucket" in log.getvalue()
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", old)
-        mp.undo()
-    assert summary["messages"] == truth.totals["rows"]
-    got = read_job_tables(str(tmp_path / "out"), TABLE_ORDER)
-    assert compare_tables(got, run_oracle(str(tmp_path / "export")), TABLE_ORDER) == []
-
-
-@pytest.mark.spark
-@pytest.mark.timeout(900)
-def test_incremental_days_with_a_hot_device_shuffle_by_device_and_bucket_and_equal_the_full_run(
-    spark, tmp_path: Path
-) -> None:
-    """The same shape day by day with --incremental: each run's new rows of the hot device (half
-    of them, one lead domain) go through both passes in buckets shuffled by (device, bucket), the
-    domain's carried state seeding its first bucket (broadcast with the other buckets' prefix
-    state); the dated tables equal one full run's, and every run read exactly its new rows."""
-    from leadwire.fleet import transforms
-    from leadwire.fleet.job import DATED_TABLES, TABLE_ORDER, Progress, run_job
-    from leadwire.fleet.oracle import compare_tables, read_job_tables
+    from leadwire.fleet.job import Progress, run_job
     from leadwire.fleet.synth_days import export_days, publish_run
 
-    cfg = SynthConfig(rows=36_000, devices=6, hot_device_share=0.5, days=3, seed=17, max_delay=30)
-    tables, _ = generate(cfg)
+    base = tmp_path_factory.mktemp("hot_days")
+    tables, truth = generate(HOT_DAYS)
     days = export_days(tables)
-    export, inc = tmp_path / "export", tmp_path / "inc"
+    export, inc, full = base / "export", base / "inc", base / "full"
     mp = pytest.MonkeyPatch()
-    mp.setattr(transforms, "BUCKET_BITS", 10)  # ~6,000 hot rows a day: 6 buckets a run
+    mp.setattr(transforms, "BUCKET_BITS", 10)
     old = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "8")
     shapes, read = [], []
@@ -193,16 +146,67 @@ def test_incremental_days_with_a_hot_device_shuffle_by_device_and_bucket_and_equ
             )
             shapes.append("shuffled by device and bucket" in log.getvalue())
             read.append((s["rows_read"], new))
-        run_job(str(export), str(tmp_path / "full"), spark, report=False, progress=False)
+        arr = transforms.transform_arrivals(spark.read.parquet(str(export / "arrivals")))
+
+        def tasks(df: object) -> list[int]:
+            counts = df.groupBy(F.spark_partition_id().alias("p")).count().collect()  # type: ignore[attr-defined]
+            return sorted(r["count"] for r in counts)
+
+        by_device = tasks(transforms.transform_by_device(arr))
+        by_bucket = tasks(transforms.transform_by_device_bucket(arr, 10))
+        log = io.StringIO()
+        summary = run_job(str(export), str(full), spark, report=False, progress=Progress(stream=log))
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", old)
         mp.undo()
+    yield {
+        "tables": tables, "truth": truth, "export": export, "inc": inc, "full": full, "shapes": shapes,
+        "read": read, "by_device": by_device, "by_bucket": by_bucket, "full_log": log.getvalue(),
+        "summary": summary,
+    }  # fmt: skip
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_a_hot_device_is_shuffled_by_device_and_bucket_and_still_equals_the_oracle(hot_days) -> None:
+    """One device with half the rows in one lead domain: shuffled by device alone it is one task;
+    by (device, arrival bucket) the largest task holds at most 3x the median's rows, and the whole
+    job (which picks that shuffle from its input profile) equals the DuckDB oracle."""
+    pytest.importorskip("duckdb")
+    from leadwire.fleet.job import TABLE_ORDER
+    from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
+
+    h = hot_days
+    by_device, by_bucket = h["by_device"], h["by_bucket"]
+    assert sum(by_bucket) == sum(by_device) == h["tables"]["arrivals"].num_rows
+    assert by_device[-1] >= 0.5 * sum(by_device)  # the hot device's task
+    assert by_bucket[-1] <= 3 * float(np.median(by_bucket)), by_bucket
+    assert "shuffled by device and bucket" in h["full_log"]
+    assert h["summary"]["messages"] == h["truth"].totals["rows"]
+    got = read_job_tables(str(h["full"]), TABLE_ORDER)
+    assert compare_tables(got, run_oracle(str(h["export"])), TABLE_ORDER) == []
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_incremental_days_with_a_hot_device_shuffle_by_device_and_bucket_and_equal_the_full_run(
+    hot_days,
+) -> None:
+    """The same shape day by day with --incremental: each run's new rows of the hot device (half
+    of them, one lead domain) go through both passes in buckets shuffled by (device, bucket), the
+    domain's carried state seeding its first bucket (broadcast with the other buckets' prefix
+    state); the dated tables equal one full run's, and every run read exactly its new rows."""
+    from leadwire.fleet.job import DATED_TABLES, TABLE_ORDER
+    from leadwire.fleet.oracle import compare_tables, read_job_tables
+
+    h = hot_days
+    shapes, read = h["shapes"], h["read"]
     # the three whole days' runs (~6,000 hot rows each; the last run: a partial day, whole domains)
     assert shapes[:3] == [True, True, True], shapes
     assert [r for r, _ in read] == [n for _, n in read]
-    got = read_job_tables(str(inc), DATED_TABLES)
-    want = read_job_tables(str(tmp_path / "full"), DATED_TABLES)
+    got = read_job_tables(str(h["inc"]), DATED_TABLES)
+    want = read_job_tables(str(h["full"]), DATED_TABLES)
     assert compare_tables(got, want, TABLE_ORDER) == []
     hot = want["channel_windows"][want["channel_windows"]["device_id"] == HOT]
-    assert hot["messages"].sum() >= 0.49 * len(tables["arrivals"])
+    assert hot["messages"].sum() >= 0.49 * len(h["tables"]["arrivals"])
     assert hot["duplicates"].sum() > 0 and hot["late"].sum() > 0  # the carried values were exercised
