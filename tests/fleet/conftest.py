@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,47 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
         yield StandaloneCluster(jvms)
     finally:
         jvms.stop()
+
+
+# The small export that the Spark Connect and the standalone cluster tests run the job on (2 dates,
+# so 3 incremental runs of it as it grows: the first, one that also republishes a lagging bridge's
+# day, one with only the lagging day; 2 injected lead errors)
+SMALL_EXPORT = {"rows": 4000, "devices": 4, "days": 1, "lead_errors": 2, "seed": 9}
+
+
+@pytest.fixture(scope="package")
+def small_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """SMALL_EXPORT's tables, and the export they were written to."""
+    from leadwire.fleet.synth import SynthConfig, generate, write_export
+
+    tables, _ = generate(SynthConfig(**SMALL_EXPORT))
+    export = tmp_path_factory.mktemp("small_export") / "export"
+    write_export(tables, str(export))
+    return tables, export
+
+
+@dataclass
+class LocalRun:
+    """small_export, and the job's local run of it in the session's JVM (its tables in `out`, its
+    summary, its seconds)."""
+
+    tables: dict[str, Any]
+    export: Path
+    out: Path
+    summary: dict[str, Any]
+    seconds: float
+
+
+@pytest.fixture(scope="package")
+def small_run(
+    spark: SparkSession, small_export: tuple[dict[str, Any], Path], tmp_path_factory: pytest.TempPathFactory
+) -> LocalRun:
+    """The package's local run of small_export (the Connect and cluster tests compare theirs with
+    it; they request it once their server, cluster or client is starting: it runs meanwhile)."""
+    from leadwire.fleet.job import run_job
+
+    tables, export = small_export
+    out = tmp_path_factory.mktemp("small_run") / "local"
+    t = time.monotonic()
+    summary = run_job(str(export), str(out), spark, progress=False, report=False)
+    return LocalRun(tables, export, out, summary, time.monotonic() - t)

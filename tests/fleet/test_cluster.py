@@ -1,7 +1,8 @@
 """The fleet job on a real Spark standalone cluster: the package's master and two workers
 (conftest.spark_cluster: each its own JVM with its own work directory), the job submitted with
-spark-submit in client mode, its tables compared with a local run of the same export. The
-cluster starts while the local run goes on; the whole test is bounded (CLUSTER_TIMEOUT)."""
+spark-submit in client mode, its tables compared with a local run of the same export (the
+package's small_run, shared with the Connect test). The cluster starts while the local run goes
+on; the whole test is bounded (CLUSTER_TIMEOUT)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 
-from leadwire.fleet.job import TABLE_ORDER, run_job
+from leadwire.fleet.job import TABLE_ORDER
 from leadwire.fleet.oracle import compare_tables, read_job_tables
-from leadwire.fleet.synth import SynthConfig, generate, write_export
 
-from .conftest import C1_ONLY, SPARK_HOME, StandaloneCluster
+from .conftest import C1_ONLY, SPARK_HOME, LocalRun, StandaloneCluster
 
 pytestmark = pytest.mark.spark
 
@@ -28,14 +27,10 @@ CLUSTER_TIMEOUT = 420  # seconds, start to stop (~1 min on an idle 2-core machin
 
 @pytest.mark.timeout(CLUSTER_TIMEOUT)
 def test_spark_submit_on_a_standalone_cluster_equals_local(
-    spark: SparkSession, spark_cluster: StandaloneCluster, tmp_path: Path
+    spark_cluster: StandaloneCluster, small_run: LocalRun, tmp_path: Path
 ) -> None:
-    c = spark_cluster  # its JVMs start while the local run goes on
-    tables, _ = generate(SynthConfig(rows=10_000, devices=6, lead_errors=2, seed=3))
-    write_export(tables, str(tmp_path / "export"))
-    t = time.monotonic()
-    local = run_job(str(tmp_path / "export"), str(tmp_path / "local"), spark, progress=False, report=False)
-    local_s = time.monotonic() - t
+    c = spark_cluster  # its JVMs start while the local run (small_run) goes on
+    local, local_s = small_run.summary, small_run.seconds
     url = c.url()
     apps_before = c.apps()
     cmd = [
@@ -50,7 +45,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_local(
         "--conf", "spark.executor.cores=1",
         "--conf", "spark.executor.extraJavaOptions=%s" % C1_ONLY,
         "--conf", "spark.sql.shuffle.partitions=4",
-        str(JOB), "--input", str(tmp_path / "export"), "--out", str(tmp_path / "cluster"), "--no-report",
+        str(JOB), "--input", str(small_run.export), "--out", str(tmp_path / "cluster"), "--no-report",
     ]  # fmt: skip
     env = {**c.jvms.env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     t = time.monotonic()
@@ -60,12 +55,12 @@ def test_spark_submit_on_a_standalone_cluster_equals_local(
         )
     submit_s = time.monotonic() - t
     assert res.returncode == 0, (tmp_path / "submit.log").read_text()[-3000:]
-    assert "fleet: 6 devices, %d arrivals" % local["rows"] in res.stdout
+    assert "fleet: 4 devices, %d arrivals" % local["rows"] in res.stdout
     # the executors ran on the workers: each worker's work dir has this application's executor
     apps = [after - before for before, after in zip(apps_before, c.apps(), strict=True)]
     assert [len(a) for a in apps] == [1, 1] and apps[0] == apps[1], apps
     got = read_job_tables(str(tmp_path / "cluster"), TABLE_ORDER)
-    assert compare_tables(got, read_job_tables(str(tmp_path / "local"), TABLE_ORDER), TABLE_ORDER) == []
+    assert compare_tables(got, read_job_tables(str(small_run.out), TABLE_ORDER), TABLE_ORDER) == []
     print(
         "\n[cluster] %d rows: spark-submit on 2 workers %.1fs (driver JVM and job), "
         "local run in the test session %.1fs; load average %.1f"
