@@ -134,6 +134,7 @@ def stage_carried_tables(run: Run) -> None:
             leads = run.keep(C.transform_seeded_lead_carry(dev, domains, broadcast=shape == HOT))
         order = run.cut(C.transform_seeded_order(leads, points, bits))
         rows = C.transform_seeded_rows(order)
+        counts = T.transform_latency_counts(dev, R.rollout_window(spec.window_seconds))
         parts = {
             "cw": T.transform_channel_windows(rows, with_mismatches=True),
             "rev": C.transform_revisions(order),
@@ -142,7 +143,9 @@ def stage_carried_tables(run: Run) -> None:
             "bad": order.where("order_violation")
             .selectExpr(*T._bq(T.LEAD_KEY), "arrival", "bridge_id")
             .limit(1),
-            **R.rollout_inputs(dev, R.rollout_window(spec.window_seconds)),
+            # the fleet-level and rollout latency percentiles from one count of the values
+            "fpct": T.transform_fleet_percentiles(counts),
+            **R.rollout_inputs(dev, R.rollout_window(spec.window_seconds), counts),
         }
         stage = run.cut(T.transform_stack(parts))
         day = "date_format(window_start, 'yyyy-MM-dd')"
@@ -186,7 +189,7 @@ def stage_carried_tables(run: Run) -> None:
         in_days = "%s IN (%s)" % (day, ", ".join("'%s'" % d for d in days["channel_windows"]) or "''")
         lat = Latency(
             T.transform_unstack(stage, "lat_dev", ["device_id", *T.LATENCY_WIDE]),
-            T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS),
+            T.transform_unstack(stage, "fpct", T.FLEET_PCT_COLS),
         )
         run.tables = {
             **rollup_tables(cw, rec, rst_all.where(in_days), lat, spec.worst_n, run.cut),
@@ -197,7 +200,7 @@ def stage_carried_tables(run: Run) -> None:
             # the rollout tables of the days written: their units' first and last arrival over
             # every run (merged like the windows), the latency of the new rows (as `latency`)
             "_rollout_times": times,
-            "_rollout_latency": T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS),
+            "_rollout_latency": T.transform_unstack(stage, "rlat", R.LATENCY_PCT_COLS),
             "_boots": boots,
         }
         run.extra["rollout_days"] = days["channel_windows"]

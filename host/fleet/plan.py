@@ -66,8 +66,8 @@ def build_tables(
     results: thousands of rows, not millions.
 
     Fleet-level latency percentiles (latency, summary, by_firmware, by_transport) are exact, from
-    the counts of each latency value per firmware, transport and rollout window (part `lat`, which
-    the rollout tables read too). Whether any lead
+    the counts of each latency value per firmware, transport and rollout window (which the
+    rollout tables' percentiles read too), computed with the stage (part `fpct`). Whether any lead
     domain can be longer than a bucket (then both lead-domain passes run in bounded pieces) comes
     from profile_input (one small job).
     """
@@ -96,20 +96,23 @@ def build_tables(
         else dev.where(T.in_range(F.col("rx_us"), since, until))
     )
     started = F.unix_micros("started_ts")
+    counts = T.transform_latency_counts(counted, R.rollout_window(window_seconds))
     parts = {
         "cw": T.transform_channel_windows(rows, with_mismatches=True),
         "lat_dev": T.transform_device_latency(T.transform_latency_values(by_device_counted)),
         # recoveries and restarts (small inputs) in the same job: one job, not three
         "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
         "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
-        # what the rollout tables read from the arrivals, and the latency multiset (`lat`) the
-        # fleet-level percentiles read too: computed with the stage
-        **R.rollout_inputs(counted, R.rollout_window(window_seconds)),
+        # the latency percentiles from one count of the values (its exchange shared: the same
+        # plan), computed in the stage's tasks: the fleet-level ones and the rollout tables'
+        "fpct": T.transform_fleet_percentiles(counts),
+        # what the rollout tables read from the arrivals: computed with the stage
+        **R.rollout_inputs(counted, R.rollout_window(window_seconds), counts),
     }
     stage = cut(T.transform_stack(parts))
     cw = T.transform_unstack(stage, "cw", T.CHANNEL_WINDOW_COLS)
     lat_dev = T.transform_unstack(stage, "lat_dev", ["device_id", *T.LATENCY_WIDE])
-    lat = T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS)
+    pct = T.transform_unstack(stage, "fpct", T.FLEET_PCT_COLS)
     rec = T.transform_unstack(stage, "rec", T.RECOVERY_COLS)
     rst = T.transform_unstack(stage, "rst", T.RESTART_COLS)
     return {
@@ -120,27 +123,27 @@ def build_tables(
         "_mismatches": T.transform_window_mismatches(
             T.transform_unstack(stage, "cw", [*T.CHANNEL_WINDOW_COLS, "mismatch_rows"])
         ),
-        **rollup_tables(cw, rec, rst, Latency(lat_dev, lat), worst_n, cut),
+        **rollup_tables(cw, rec, rst, Latency(lat_dev, pct), worst_n, cut),
     }
 
 
 def rollout_parts(stage: DataFrame, boots: DataFrame) -> dict[str, DataFrame]:
     """The rollout stage's inputs (rollout_stage.stage_rollout): the unit times and latency
-    multiset the stage computed (parts `rtimes`, `lat`), and the boots."""
+    percentiles the stage computed (parts `rtimes`, `rlat`), and the boots."""
     return {
         "_rollout_times": T.transform_unstack(stage, "rtimes", R.TIME_COLS),
-        "_rollout_latency": T.transform_unstack(stage, "lat", T.LATENCY_COUNT_COLS),
+        "_rollout_latency": T.transform_unstack(stage, "rlat", R.LATENCY_PCT_COLS),
         "_boots": boots,
     }
 
 
 @dataclass(frozen=True)
 class Latency:
-    """The latency inputs of the roll-ups: per-device percentiles and the fleet multiset (counts
-    per firmware, transport, rollout window, metric and value)."""
+    """The latency inputs of the roll-ups: per-device percentiles and the fleet-level ones
+    (transforms.transform_fleet_percentiles output)."""
 
     per_device: DataFrame
-    counts: DataFrame
+    fleet: DataFrame
 
 
 def rollup_tables(
@@ -149,7 +152,7 @@ def rollup_tables(
     """The dated tables as given and every table rolled up from them: devices (passed through
     `cut`: the small tables read it), worst devices, comparisons, loss over time, latency, summary."""
     devices = cut(T.transform_devices(cw, rec, rst, lat.per_device))
-    pct = T.transform_fleet_percentiles(lat.counts)
+    pct = lat.fleet
     fleet_latency = T.transform_fleet_latency(pct)
     return {
         "channel_windows": cw,

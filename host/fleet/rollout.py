@@ -74,6 +74,8 @@ UNIT_COLS = [
 ]
 CHANGE_COLS = ["device_id", "firmware_version", "seen_us", "crash_restart", "upgrade"]
 TIME_COLS = ["device_id", "firmware_version", "window_start", "first_rx_us", "last_rx_us"]
+# transform_rollout_latency: window_start null for the release's whole range
+LATENCY_PCT_COLS = ["firmware_version", "window_start", *LATENCY_WIDE]
 RATE_COLS = [
     "devices_seen",
     "device_windows",
@@ -325,18 +327,33 @@ def _attributed(units: DataFrame, group: list[str]) -> DataFrame:
     )
 
 
-def _latency(lat: DataFrame, by: list[str]) -> DataFrame:
-    """<metric>_p<q>_us per `by` from transforms.transform_latency_counts output (exact
-    percentiles; a value's rows of several transports count together)."""
-    return latency_wide(transform_exact_percentiles(lat, by), by)
+def transform_rollout_latency(counts: DataFrame) -> DataFrame:
+    """Latency percentiles (exact: transforms.transform_exact_percentiles) per release and rollout
+    window, and per release over the whole range (window_start null), from
+    transforms.transform_latency_counts output: each count row counts in its window's group and
+    its release's (its transports summed per value), then one window sorts them all."""
+    both = counts.selectExpr(
+        "firmware_version",
+        "inline(array(struct(window_start AS ws), struct(CAST(NULL AS TIMESTAMP) AS ws)))",
+        "metric",
+        "value_us",
+        "n",
+    )
+    summed = both.groupBy("firmware_version", "ws", "metric", "value_us").agg(
+        F.expr("CAST(sum(n) AS BIGINT) AS n")
+    )
+    by = ["firmware_version", "window_start"]
+    pct = transform_exact_percentiles(summed.withColumnRenamed("ws", "window_start"), by)
+    return latency_wide(pct, by).select(*LATENCY_PCT_COLS)
 
 
 # ---------------------------------------------------------------------------------------- tables
 def transform_rollout_windows(units: DataFrame, lat: DataFrame) -> DataFrame:
-    """Per release and rollout window: devices (each once), the rate block, latency percentiles."""
+    """Per release and rollout window: devices (each once), the rate block, latency percentiles
+    (`lat`: transform_rollout_latency output)."""
     by = ["firmware_version", "window_start"]
     out = transform_rates(units, by).join(_attributed(units, ["window_start"]), on=by, how="left")
-    out = out.join(_latency(lat, by), on=by, how="left")
+    out = out.join(lat.where("window_start IS NOT NULL"), on=by, how="left")
     return out.selectExpr("*", "coalesce(devices, 0) AS _d").selectExpr(
         *_bq(by), "_d AS devices", *_bq([*RATE_COLS, *LATENCY_WIDE])
     )
@@ -344,11 +361,13 @@ def transform_rollout_windows(units: DataFrame, lat: DataFrame) -> DataFrame:
 
 def transform_rollout_releases(units: DataFrame, lat: DataFrame) -> DataFrame:
     """Per release over the whole range: devices (each device once, under the release it ran
-    last), first arrival on it, the rate block, latency percentiles."""
+    last), first arrival on it, the rate block, latency percentiles (`lat`:
+    transform_rollout_latency output)."""
     by = ["firmware_version"]
     first = units.groupBy(*by).agg(F.expr("min(first_rx_us) AS first_rx_us"))
     out = transform_rates(units, by).join(_attributed(units, []), on=by, how="left")
-    out = out.join(first, on=by, how="left").join(_latency(lat, by), on=by, how="left")
+    whole = lat.where("window_start IS NULL").select(*by, *LATENCY_WIDE)
+    out = out.join(first, on=by, how="left").join(whole, on=by, how="left")
     return out.selectExpr("*", "coalesce(devices, 0) AS _d").selectExpr(
         *_bq(by), "_d AS devices", "first_rx_us", *_bq([*RATE_COLS, *LATENCY_WIDE])
     )
@@ -442,14 +461,20 @@ def transform_regressions(releases: DataFrame, before_after: DataFrame) -> DataF
     ).select(*REGRESSION_COLS)
 
 
-def rollout_inputs(arrivals: DataFrame, window_seconds: int = ROLLOUT_WINDOW_SECONDS) -> dict[str, DataFrame]:
+def rollout_inputs(
+    arrivals: DataFrame, window_seconds: int = ROLLOUT_WINDOW_SECONDS, counts: DataFrame | None = None
+) -> dict[str, DataFrame]:
     """What the rollout tables read from the arrivals (transform_arrivals output, rows in range):
-    the unit times and the latency multiset per release, transport and rollout window
-    (transforms.transform_latency_counts; the fleet-level percentiles read it too). The job
-    computes them with its per-arrival stage (parts `rtimes`, `lat`): the arrivals are read once."""
+    the unit times and the latency percentiles (transform_rollout_latency) of the latency
+    multiset per release, transport and rollout window (`counts`: transforms.
+    transform_latency_counts of the same arrivals and window, which the job's fleet-level
+    percentiles read too; computed here when not given). The job computes them with its
+    per-arrival stage (parts `rtimes`, `rlat`): the arrivals are read once."""
+    if counts is None:
+        counts = transform_latency_counts(arrivals, window_seconds)
     return {
         "rtimes": transform_unit_times(arrivals, window_seconds),
-        "lat": transform_latency_counts(arrivals, window_seconds),
+        "rlat": transform_rollout_latency(counts),
     }
 
 
@@ -465,7 +490,7 @@ def rollout_tables(
     days: list[str] | None = None,
 ) -> dict[str, DataFrame]:
     """The ROLLOUT_TABLES from the job's channel windows (window a divisor of window_seconds), the
-    unit times and latency multiset of rollout_inputs and the boots table (all read: a boot's
+    unit times and latency percentiles of rollout_inputs and the boots table (all read: a boot's
     predecessor may lie before the range). days: only the units of these dates (an incremental
     run's days written; their restarts too). `cut` (the job: computed once, lineage cut) is
     applied to what several tables read: the units, releases and before/after (planning the

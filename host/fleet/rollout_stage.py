@@ -24,7 +24,7 @@ ROLLOUT_ORDER = {
 
 
 def stage_rollout(run: Run) -> None:
-    """The ROLLOUT_TABLES from the run's channel windows, the unit times and latency multiset its
+    """The ROLLOUT_TABLES from the run's channel windows, the unit times and latency percentiles its
     per-arrival stage computed (plan.rollout_parts) and the boots, over the run's range (an
     incremental run: the days it wrote, run.extra['rollout_days']), collected into run.collected."""
     spec = run.spec

@@ -39,7 +39,7 @@ def _spark_rollout(spark: Any, inputs: Inputs) -> dict[str, pd.DataFrame]:
     cw = T.transform_channel_windows(T.transform_order(T.transform_leads(arr, None), None))
     inp = {k: v.localCheckpoint() for k, v in rollout_inputs(arr).items()}
     out = rollout_tables(
-        cw.localCheckpoint(), inp["rtimes"], inp["lat"], inputs.boots, cut=lambda d: d.localCheckpoint()
+        cw.localCheckpoint(), inp["rtimes"], inp["rlat"], inputs.boots, cut=lambda d: d.localCheckpoint()
     )
     return {k: v.toPandas() for k, v in out.items()}
 
