@@ -110,18 +110,20 @@ def test_skewed_fleet_equals_truth_and_oracle(skew_run) -> None:
     # (per-device percentiles stay exact: `devices` is among the tables equal to the oracle's)
 
 
-# A hot device day by day (half the rows, one lead domain, ~6,000 of its rows a day): the export
-# grows one day's files at a time (a lagging bridge's a day late) and is run with --incremental
-# after each export run, then once in full; both tests below read these runs.
-HOT_DAYS = SynthConfig(rows=36_000, devices=6, hot_device_share=0.5, days=3, seed=17, max_delay=30)
+# A hot device day by day (half the rows, one lead domain, ~2,000 of its rows a day: ~8 buckets of
+# 2^HOT_BUCKET_BITS arrivals, more than plan.HOT_BUCKETS, as a 1.5M-row domain is with the job's
+# 2^16): the export grows one day's files at a time (a lagging bridge's a day late) and is run
+# with --incremental after each export run, then once in full; both tests below read these runs.
+HOT_DAYS = SynthConfig(rows=12_000, devices=6, hot_device_share=0.5, days=3, seed=17, max_delay=30)
+HOT_BUCKET_BITS = 8
 
 
 @pytest.fixture(scope="module")
 def hot_days(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """With buckets of 2^10 arrivals (the hot device's rows of a day: ~6 buckets) and 8 shuffle
-    tasks: the task sizes of the whole export's arrivals shuffled by device and by (device, bucket),
-    the runs with --incremental after each export run (their logs' shapes, rows read, rows new),
-    and one full run over the whole export (its log and summary)."""
+    """With buckets of 2^HOT_BUCKET_BITS arrivals and 8 shuffle tasks: the task sizes of the whole
+    export's arrivals shuffled by device and by (device, bucket), the runs with --incremental after
+    each export run (their logs' shapes, rows read, rows new), and one full run over the whole
+    export (its log and summary)."""
     from pyspark.sql import functions as F
 
     from leadwire.fleet import transforms
@@ -133,7 +135,7 @@ def hot_days(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     days = export_days(tables)
     export, inc, full = base / "export", base / "inc", base / "full"
     mp = pytest.MonkeyPatch()
-    mp.setattr(transforms, "BUCKET_BITS", 10)
+    mp.setattr(transforms, "BUCKET_BITS", HOT_BUCKET_BITS)
     old = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "8")
     shapes, read = [], []
@@ -153,7 +155,7 @@ def hot_days(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             return sorted(r["count"] for r in counts)
 
         by_device = tasks(transforms.transform_by_device(arr))
-        by_bucket = tasks(transforms.transform_by_device_bucket(arr, 10))
+        by_bucket = tasks(transforms.transform_by_device_bucket(arr, HOT_BUCKET_BITS))
         log = io.StringIO()
         summary = run_job(str(export), str(full), spark, report=False, progress=Progress(stream=log))
     finally:
@@ -201,7 +203,7 @@ def test_incremental_days_with_a_hot_device_shuffle_by_device_and_bucket_and_equ
 
     h = hot_days
     shapes, read = h["shapes"], h["read"]
-    # the three whole days' runs (~6,000 hot rows each; the last run: a partial day, whole domains)
+    # the three whole days' runs (~2,000 hot rows each; the last run: a partial day, whole domains)
     assert shapes[:3] == [True, True, True], shapes
     assert [r for r, _ in read] == [n for _, n in read]
     got = read_job_tables(str(h["inc"]), DATED_TABLES)
