@@ -24,7 +24,11 @@ else:  # installed from a wheel: this file in leadwire/tools/, the core in leadw
     CORE = ROOT
 
 MARCH = {"unix": "x64", "esp32": "xtensawin", "rp2": "armv6m"}
-VIPER = "_viper"  # the one module with native code (viper); every other module is bytecode only
+VIPER = "_viper"  # the module with native code (viper); every other module is bytecode only, but:
+# _thumb, the answer's byte loop in asm_thumb, which only Thumb code generators compile: on those
+# boards only (_viper takes it where it loads, its own viper loop elsewhere)
+THUMB = "_thumb"
+THUMB_ARCHS = ("armv6m", "armv7m", "armv7emsp", "armv7emdp")
 
 
 class BuildError(ValueError):
@@ -64,8 +68,9 @@ def tool(name: str) -> str:
     return exe
 
 
-def plan(kind: str, viper: bool = True) -> list[Item]:
-    """What goes on a board of `kind`; viper False: without _viper.mpy (a board that cannot load the
+def plan(kind: str, viper: bool = True, march: str | None = None) -> list[Item]:
+    """What goes on a board of `kind` whose native code is for `march` (default: the kind's usual
+    chip, MARCH); viper False: without _viper.mpy and _thumb.mpy (a board that cannot load the
     native code mpy-cross emits runs the core's bytecode twins)."""
     if kind not in MARCH:
         raise ValueError("board kind must be one of %s" % ", ".join(MARCH))
@@ -76,8 +81,11 @@ def plan(kind: str, viper: bool = True) -> list[Item]:
     if kind == "rp2":  # the serial link's transmit by DMA (boards/rp2.py, config "serial" "dma")
         items.append(Item(FIRMWARE / "lwdma.py", "lwdma.mpy", True))
     items.append(Item(FIRMWARE / "boards" / (kind + ".py"), "boards/%s.mpy" % kind, True))
+    thumb = viper and (march or MARCH[kind]) in THUMB_ARCHS
     items += [
-        Item(CORE / (m + ".py"), "leadwire/%s.mpy" % m, True) for m in CORE_DEVICE if viper or m != VIPER
+        Item(CORE / (m + ".py"), "leadwire/%s.mpy" % m, True)
+        for m in CORE_DEVICE
+        if (viper or m != VIPER) and (thumb or m != THUMB)
     ]
     return items
 
@@ -109,7 +117,7 @@ def compile_one(src: Path, dest: Path, march: str) -> None:
 def build(kind: str, out: Path, march: str | None = None, viper: bool = True) -> list[Item]:
     """Compile the plan for `kind` into `out` (created), native code for `march` (default: the
     kind's usual chip, MARCH); returns the plan. BuildError when mpy-cross refuses a file."""
-    items = plan(kind, viper)
+    items = plan(kind, viper, march)
     for it in items:
         dest = out / it.dest
         dest.parent.mkdir(parents=True, exist_ok=True)

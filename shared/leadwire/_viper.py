@@ -113,11 +113,10 @@ def write(self, d: ptr8, channel: int, m: int):  # noqa: F821
 # The ring's EVENTS answer, COBS-encoded (EventRing.answer_cobs and respond; answer_into's bytecode
 # is the reference and says what the frame holds): when the poll is spec 004's case 1 (EventRing.
 # _classify's EVENT: newest - n mod 2^32 in 1..count, left in st[7]), the header, then the records
-# read in the store, go through the CRC and the COBS encoder in one pass, the CRC bytes after
-# them, then the delimiter; returns the size in cb (buf holds the header and the CRC only), else
-# -1 with nothing written (the caller answers in bytecode). q, crc, o arrive holding the poll's
-# hi, lo and tag: the three registers, which the byte loop reuses. t: crc16.TABLE; k max_events,
-# m max_bytes, index the frame's in its burst, n len(buf).
+# read in the store, go through the CRC and the COBS encoder in one pass (frame, below), the CRC
+# bytes after them, then the delimiter; returns the size in cb (buf holds the header and the CRC
+# only), else -1 with nothing written (the caller answers in bytecode). q, crc, o: the poll's hi,
+# lo and tag. t: crc16.TABLE; k max_events, m max_bytes, index the frame's in its burst, n len(buf).
 
 
 @micropython.viper
@@ -141,12 +140,11 @@ def answer(q: int, crc: int, o: int, st: ptr32, buf: ptr8, cb: ptr8, t: ptr16, k
     a = (st[14] | ((st[15] << 16) << 16)) + st[16]  # the store, from its first record
     w = st[6]
     x -= 1  # events after s(n)
-    h = st[0] - x  # the slot of s(n)
-    if h < 0:
-        h += st[5]
+    p = st[0] - x  # the slot of s(n)
+    if p < 0:
+        p += st[5]
     f = 3  # payload bytes
     j = 0  # records taken
-    p = h
     while x >= 0 and j < k:
         g = a + p * w
         g = 3 + ((ptr8(g)[1] << 8) | ptr8(g)[2])
@@ -183,11 +181,32 @@ def answer(q: int, crc: int, o: int, st: ptr32, buf: ptr8, cb: ptr8, t: ptr16, k
     buf[10] = j
     buf[11] = (x + 1) >> 8
     buf[12] = x + 1
-    n = 10 + f  # where the CRC goes
+    return int(frame(int(buf), int(st), int(cb), t))
+
+
+# The answer's byte loop: buf[:13] (the header answer wrote), then buf[10] records from the store
+# (from the slot of s(n): st[0] - st[7] + 1), then the CRC, written at buf[10 + the payload's
+# length], go through the CRC-16 (t: crc16.TABLE) and the COBS encoder into cb, then the delimiter;
+# returns the size in cb. q, crc, o arrive holding buf's, st's and cb's addresses: the three
+# registers, which the byte loop reuses. _thumb.frame is the same in Thumb code (rp2), taken where
+# it loads (below): ~23 cycles a byte there against ~95 here on an RP2040.
+
+
+@micropython.viper
+def frame(q: int, crc: int, o: int, t: ptr16) -> int:  # noqa: F821
+    st = ptr32(crc)  # noqa: F821
+    buf = ptr8(q)  # noqa: F821
+    j = buf[10]
+    n = 10 + (((buf[4] & 7) << 8) | buf[5])  # where the CRC goes
+    w = st[6]
+    a = (st[14] | ((st[15] << 16) << 16)) + st[16]  # the store, from its first record
+    h = st[0] - st[7] + 1  # the slot of s(n)
+    if h < 0:
+        h += st[5]
     crc = 0xFFFF
-    c = int(cb)  # the COBS code byte
-    o = c + 1  # the next byte out
-    q = int(buf)
+    d = o  # cb
+    c = o  # the COBS code byte
+    o += 1  # the next byte out
     e = q + 13  # the end of this piece: the header
     b = 0
     while True:
@@ -226,7 +245,13 @@ def answer(q: int, crc: int, o: int, st: ptr32, buf: ptr8, cb: ptr8, t: ptr16, k
     else:
         ptr8(c)[0] = o - c
     ptr8(o)[0] = 0
-    return o + 1 - int(cb)
+    return o + 1 - d
+
+
+try:
+    from leadwire._thumb import frame  # type: ignore[no-redef, assignment]  # noqa: F811
+except (ImportError, SyntaxError, NotImplementedError, ValueError):  # not a Thumb port
+    pass
 
 
 # COBS encoding of a serial frame (framing says what it does; _twins.encode_into is the bytecode twin;

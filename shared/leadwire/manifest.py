@@ -10,6 +10,7 @@ DEVICE = (
     "_compat",
     "_viper",  # native code (viper): the one module a board may refuse (bytecode twins elsewhere)
     "_twins",  # the bytecode twins of _viper: loaded only where _viper is missing
+    "_thumb",  # _viper's answer loop in asm_thumb: compiled for Thumb boards only (rp2)
     "bufcopy",
     "crc16",
     "wire",

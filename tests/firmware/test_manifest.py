@@ -25,7 +25,13 @@ def test_package_json_is_the_manifests() -> None:
 
 
 def test_a_board_gets_the_device_modules_only() -> None:
+    """Every device module, but _thumb (asm_thumb) on Thumb boards only, and neither native module
+    on a board that cannot load native code."""
     for kind in ("unix", "rp2", "esp32"):
         core = sorted(it.dest for it in plan(kind) if it.dest.startswith("leadwire/"))
-        assert core == sorted("leadwire/%s.mpy" % m for m in manifest.DEVICE)
-    assert "leadwire/_viper.mpy" not in [it.dest for it in plan("rp2", viper=False)]
+        thumb = kind == "rp2"
+        assert core == sorted("leadwire/%s.mpy" % m for m in manifest.DEVICE if thumb or m != "_thumb")
+    for march, thumb in (("armv7emsp", True), ("rv32imc", False)):  # an RP2350's Arm or RISC-V cores
+        assert ("leadwire/_thumb.mpy" in [it.dest for it in plan("rp2", march=march)]) == thumb
+    bare = [it.dest for it in plan("rp2", viper=False)]
+    assert "leadwire/_viper.mpy" not in bare and "leadwire/_thumb.mpy" not in bare

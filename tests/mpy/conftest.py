@@ -38,9 +38,12 @@ def mpy_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """shared/leadwire (what MicroPython runs: the manifest's device and host modules) and the runner
     compiled to .mpy, as `leadwire flash` puts them on a board."""
     from leadwire import manifest
+    from leadwire.tools.firmware_build import THUMB
 
     lib = tmp_path_factory.mktemp("mpylib")
     for m in manifest.DEVICE + manifest.HOST:
+        if m == THUMB:  # asm_thumb: the Pico tier's (tests/hil); _viper's own loop runs here
+            continue
         mpy_cross(ROOT / "shared" / "leadwire" / (m + ".py"), lib / "leadwire" / (m + ".mpy"))
     mpy_cross(ROOT / "tests" / "mpy" / "core_runner.py", lib / "core_runner.mpy")
     mpy_cross(ROOT / "tests" / "mpy" / "twin_checks.py", lib / "twin_checks.mpy")
