@@ -46,8 +46,10 @@ def _java() -> str | None:
 
 
 def digest() -> str | None:
-    """What the archive depends on: the java binary (path, size, mtime) and Spark's jars (names,
-    sizes). None when either cannot be found (then no archive)."""
+    """What the archive depends on: the java binary (path, size, mtime) and Spark's jars (their
+    directory, names, sizes). None when either cannot be found (then no archive). The directory
+    counts because the JVM checks the archive's classpath by path: an archive written from another
+    install's jars is refused at start, silently, and would never be rebuilt."""
     java = _java()
     try:
         import pyspark
@@ -60,6 +62,7 @@ def digest() -> str | None:
     h = hashlib.sha256()
     st = os.stat(java)
     h.update(("%s %d %d\n" % (java, st.st_size, int(st.st_mtime))).encode())
+    h.update(("%s\n" % os.path.realpath(os.path.dirname(jars[0]))).encode())
     for j in jars:
         h.update(("%s %d\n" % (os.path.basename(j), os.path.getsize(j))).encode())
     return h.hexdigest()[:16]

@@ -37,6 +37,22 @@ def test_switch_off_and_unknown_jvm_give_no_option(tmp_path: Path, monkeypatch: 
     assert not any(tmp_path.iterdir())
 
 
+def test_the_key_names_the_jars_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two installs with the same jars (names, sizes) get two archives: the JVM refuses an
+    archive whose classpath entries are not where they were when it was written."""
+    import pyspark
+
+    keys = []
+    for name in ("a", "b"):
+        (tmp_path / name / "jars").mkdir(parents=True)
+        (tmp_path / name / "jars" / "spark-core.jar").write_bytes(b"jar")
+        monkeypatch.setattr(pyspark, "__file__", str(tmp_path / name / "__init__.py"))
+        keys.append(jvm_archive.digest())
+    if keys[0] is None:
+        pytest.skip("no java binary found: digest() gives no key")
+    assert keys[0] != keys[1] and len(keys[0]) == len(keys[1]) == 16
+
+
 def test_a_killed_runs_leftover_goes_a_live_ones_stays(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
