@@ -1,11 +1,13 @@
-# The ring's EVENTS answer's byte loop as Thumb code (rp2: ARMv6-M), where _viper.frame is viper:
-# the header, the records read in the store, the CRC bytes after them through the CRC-16 and the
-# COBS encoder, then the delimiter (_viper.frame says what it takes and returns; _viper.answer
-# writes the header and calls it). Only Thumb ports compile asm_thumb: tools/firmware_build.py
-# puts this module on Thumb boards only (rp2), and _viper takes this frame where it loads (the viper one is
-# then garbage: its machine code leaves the heap). ~23 cycles a byte on an RP2040 against viper's
-# ~95 (which keeps three locals in registers and reloads the rest each byte); 309 B as .mpy against
-# the viper loop's ~980. Allocates nothing.
+# Thumb code (rp2: ARMv6-M) for _viper's byte loops: frame, below, and encode_into (at the end).
+#
+# frame: the ring's EVENTS answer's byte loop, where _viper.frame is viper: the header, the
+# records read in the store, the CRC bytes after them through the CRC-16 and the COBS encoder,
+# then the delimiter (_viper.frame says what it takes and returns; _viper.answer writes the header
+# and calls it). Only Thumb ports compile asm_thumb: tools/firmware_build.py puts this module on
+# Thumb boards only (rp2), and _viper binds these where they load (its viper ones are then
+# garbage: their machine code leaves the heap). ~23 cycles a byte on an RP2040 against viper's
+# ~95 (which keeps three locals in registers and reloads the rest each byte); this whole module
+# is 384 B as .mpy, the viper loop alone ~980. Allocates nothing.
 #
 # Arguments: r0 buf, r1 st (the ring's state), r2 cb, r3 t (crc16.TABLE), as _viper.frame's.
 # Registers: r0 the next byte in (q), r1 the end of this piece (e), r2 the CRC, r3 the CRC table,
@@ -149,3 +151,38 @@ def frame(r0, r1, r2, r3):
     mov(r9, r5)
     mov(r10, r6)
     mov(r11, r7)
+
+
+# framing's COBS encoder (_viper.encode_into's, which says what it does; _twins.encode_into the
+# bytecode twin): src[:n] into dst at d, returns the end position. The run's code is always the
+# distance from its code byte to the next byte out: r0 the next byte in, r1 src's end, r2 dst,
+# r4 the code byte, r5 the next byte out, r6 the byte, r7 scratch.
+@micropython.asm_thumb
+def encode_into(r0, r1, r2, r3):
+    add(r1, r1, r0)
+    add(r4, r2, r3)
+    add(r5, r4, 1)
+    label(LOOP)
+    cmp(r0, r1)
+    beq(DONE)
+    ldrb(r6, [r0, 0])
+    add(r0, 1)
+    cmp(r6, 0)
+    beq(ZERO)
+    strb(r6, [r5, 0])
+    add(r5, 1)
+    sub(r7, r5, r4)
+    cmp(r7, 255)
+    bne(LOOP)
+    cmp(r0, r1)  # a run of 254: a new run unless the last byte ended it
+    beq(DONE)
+    label(ZERO)
+    sub(r7, r5, r4)
+    strb(r7, [r4, 0])
+    mov(r4, r5)
+    add(r5, 1)
+    b(LOOP)
+    label(DONE)
+    sub(r7, r5, r4)
+    strb(r7, [r4, 0])
+    sub(r0, r5, r2)

@@ -71,10 +71,11 @@ def test_cobs_vectors():
         raw = h(v["raw"])
         enc = h(v["encoded"])
         for fn in (framing.encode_into, _twins.encode_into):
-            out = bytearray(framing.max_encoded(len(raw)) + 1)
-            end = fn(raw, len(raw), out, 0)
-            out[end] = 0
-            eq(bytes(out[: end + 1]), enc, "cobs encode " + v["raw"][:16])
+            for d in (0, 3):  # at the start of dst, and after 3 bytes it keeps
+                out = bytearray(b"\xaa" * (framing.max_encoded(len(raw)) + 1 + d))
+                end = fn(raw, len(raw), out, d)
+                out[end] = 0
+                eq(bytes(out[: end + 1]), b"\xaa" * d + enc, "cobs encode at %d " % d + v["raw"][:16])
         buf = bytearray(enc[:-1])
         m = _twins.decode_in_place(buf, len(buf))
         eq(bytes(buf[:m]), raw, "cobs decode " + v["raw"][:16])
