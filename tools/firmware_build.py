@@ -78,10 +78,12 @@ def plan(kind: str, viper: bool = True, march: str | None = None) -> list[Item]:
     items += [Item(FIRMWARE / (m + ".py"), m + ".mpy", True) for m in FIRMWARE_MODULES]
     if kind != "unix":
         items.append(Item(FIRMWARE / "wlan.py", "wlan.mpy", True))
-    if kind == "rp2":  # the serial link's transmit by DMA (boards/rp2.py, config "serial" "dma")
+    thumb = viper and (march or MARCH[kind]) in THUMB_ARCHS
+    if kind == "rp2" and thumb:  # the serial link's transmit by DMA (boards/rp2.py, config "serial"
+        # "dma"); its hand-over to the channel is asm_thumb: an RP2350 on its RISC-V cores, or a
+        # board that cannot load native code, sends by machine.UART (boards/rp2.py falls back)
         items.append(Item(FIRMWARE / "lwdma.py", "lwdma.mpy", True))
     items.append(Item(FIRMWARE / "boards" / (kind + ".py"), "boards/%s.mpy" % kind, True))
-    thumb = viper and (march or MARCH[kind]) in THUMB_ARCHS
     items += [
         Item(CORE / (m + ".py"), "leadwire/%s.mpy" % m, True)
         for m in CORE_DEVICE

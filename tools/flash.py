@@ -53,7 +53,18 @@ import click
 
 from leadwire.tools.board_config import BoardConfigError
 from leadwire.tools.board_config import check as check_board_config
-from leadwire.tools.firmware_build import CORE, MARCH, VIPER, BuildError, Item, build, compile_one, plan, tool
+from leadwire.tools.firmware_build import (
+    CORE,
+    MARCH,
+    THUMB,
+    VIPER,
+    BuildError,
+    Item,
+    build,
+    compile_one,
+    plan,
+    tool,
+)
 
 # native architectures by their number in sys.implementation._mpy (bits 10 and up), as mpy-cross
 # names them (MicroPython py/persistentcode.h, MP_NATIVE_ARCH_*); 0: no native code
@@ -178,13 +189,17 @@ def target(kind: str, port: str, b: Board, emits: tuple[int, int]) -> Target:
     return Target(arch, True, notes)
 
 
-def stale_files(items: list[Item], viper: bool) -> list[str]:
+# modules only some boards get (native code for some chips): one left from an earlier flash would
+# be imported though this plan leaves it out
+OPTIONAL = ("leadwire/" + VIPER, "leadwire/" + THUMB, "lwdma")
+
+
+def stale_files(items: list[Item]) -> list[str]:
     """Files on the board that would be imported instead of what is flashed: X.py beside each X.mpy
-    (MicroPython tries X.py first), and a _viper.mpy left from an earlier flash when it is left out."""
+    (MicroPython tries X.py first), and an optional module (OPTIONAL) this plan leaves out."""
     out = [it.dest[: -len(".mpy")] + ".py" for it in items if it.dest.endswith(".mpy")]
-    if not viper:
-        out += ["leadwire/%s.py" % VIPER, "leadwire/%s.mpy" % VIPER]
-    return out
+    planned = {it.dest for it in items}
+    return out + [m + x for m in OPTIONAL if m + ".mpy" not in planned for x in (".py", ".mpy")]
 
 
 def mpremote_base(port: str, kind: str) -> list[str]:
@@ -195,19 +210,25 @@ def mpremote_base(port: str, kind: str) -> list[str]:
 
 
 def mpremote_steps(
-    port: str, kind: str, stage: Path, config: Path | None, viper: bool = True
+    port: str,
+    kind: str,
+    stage: Path,
+    config: Path | None,
+    viper: bool = True,
+    march: str | None = None,
 ) -> list[list[str]]:
-    """The mpremote command lines after asking the board, one per step (each prints what it does)."""
+    """The mpremote command lines after asking the board, one per step (each prints what it does);
+    march: the board's native code (default: the kind's usual chip), which decides _thumb.mpy."""
     base = mpremote_base(port, kind)
     steps = []
-    items = plan(kind, viper)
+    items = plan(kind, viper, march)
     dirs = sorted({it.dest.rsplit("/", 1)[0] for it in items if "/" in it.dest})
     # `mkdir` fails on an existing directory: make them with one exec that ignores that; then the
     # stale files go (each one removed is printed)
     mk = (
         "import os\nfor d in %r:\n    try:\n        os.mkdir(d)\n    except OSError:\n        pass\n"
         "for f in %r:\n    try:\n        os.remove(f)\n        print('removed stale', f)\n"
-        "    except OSError:\n        pass" % (dirs, stale_files(items, viper))
+        "    except OSError:\n        pass" % (dirs, stale_files(items))
     )
     steps.append([*base, "exec", mk])
     cp = [*base]
@@ -377,7 +398,7 @@ def flash(
                 tgt = Target(tgt.march, False, (*tgt.notes, note % (tgt.march, VIPER)))
         for note in tgt.notes:
             click.echo("  " + note)
-        items = plan(kind, tgt.viper)
+        items = plan(kind, tgt.viper, tgt.march)
         show_plan(kind, port, tgt.march, items, said_config)
         try:
             build(kind, stage, tgt.march, tgt.viper)
@@ -385,7 +406,7 @@ def flash(
             raise click.ClickException(str(e)) from None
         total = sum((stage / it.dest).stat().st_size for it in items)
         click.echo("compiled %d files, %d bytes" % (len(items), total))
-        steps = mpremote_steps(port, kind, stage, config, tgt.viper)
+        steps = mpremote_steps(port, kind, stage, config, tgt.viper, tgt.march)
         for i, st in enumerate(steps, 2):
             last = i == len(names)
             # the unix board's "reset" ends its interpreter: mpremote then reports the lost port

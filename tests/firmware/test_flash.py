@@ -256,6 +256,28 @@ def test_a_risc_v_esp32_gets_native_code_for_its_chip(
     assert viper[:4] == bytes([ord("M"), 6, (11 << 2) | 3, 31])  # v6.3, rv32imc, 31-bit small ints
 
 
+RP2350_RISCV = "LWBOARD rp2 %d 1.26.1 Raspberry Pi Pico2 with RP2350-RISCV\n" % _mpy(3, 11)
+RP2040 = "LWBOARD rp2 %d 1.26.1 Raspberry Pi Pico with RP2040\n" % _mpy(3, 4)
+
+
+@pytest.mark.parametrize("answer,thumb", [(RP2040, True), (RP2350_RISCV, False)])
+def test_the_thumb_kernels_go_only_to_a_thumb_board(
+    answer: str, thumb: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The asm_thumb modules (_thumb, and lwdma's hand-over to the DMA channel) are planned, built
+    and copied for an ARM rp2 only: an RP2350 running its RISC-V cores gets the viper module for its
+    chip, sends by machine.UART, and loses a Thumb module an earlier flash left."""
+    r, ran, kept = _fake_flash(monkeypatch, "rp2", answer, tmp_path)
+    assert r.exit_code == 0, r.output
+    assert (kept / "leadwire" / "_viper.mpy").exists()
+    assert (kept / "leadwire" / "_thumb.mpy").exists() is thumb and (kept / "lwdma.mpy").exists() is thumb
+    assert (":leadwire/_thumb.mpy" in r.output) is thumb and (":lwdma.mpy" in r.output) is thumb
+    assert len(ran) == 4  # asked, made directories, copied, reset
+    mk = ran[1][-1]  # the exec of step 2: the stale files it removes
+    assert ("'leadwire/_thumb.mpy'" in mk) is not thumb and ("'lwdma.mpy'" in mk) is not thumb
+    assert "'leadwire/_viper.mpy'" not in mk
+
+
 def test_micropython_1_22_gets_no_viper_and_loses_a_stale_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -32,6 +32,7 @@ def test_a_board_gets_the_device_modules_only() -> None:
         thumb = kind == "rp2"
         assert core == sorted("leadwire/%s.mpy" % m for m in manifest.DEVICE if thumb or m != "_thumb")
     for march, thumb in (("armv7emsp", True), ("rv32imc", False)):  # an RP2350's Arm or RISC-V cores
-        assert ("leadwire/_thumb.mpy" in [it.dest for it in plan("rp2", march=march)]) == thumb
+        dests = [it.dest for it in plan("rp2", march=march)]
+        assert ("leadwire/_thumb.mpy" in dests) == ("lwdma.mpy" in dests) == thumb  # both asm_thumb
     bare = [it.dest for it in plan("rp2", viper=False)]
-    assert "leadwire/_viper.mpy" not in bare and "leadwire/_thumb.mpy" not in bare
+    assert "leadwire/_viper.mpy" not in bare and "leadwire/_thumb.mpy" not in bare and "lwdma.mpy" not in bare
