@@ -650,10 +650,10 @@ def transform_exact_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
 
 def transform_fleet_percentiles(counts: DataFrame) -> DataFrame:
     """The fleet-level latency percentiles from value counts (firmware_version, transport, metric,
-    value_us, n: transform_latency_counts output), exact: per
-    firmware version (kind firmware_version), per transport (kind transport) and for the fleet
-    (kind fleet, key null), per metric. Each count row counts in its firmware's, its transport's
-    and the fleet's group (one row per kind, summed per value), then one window sorts them all
+    value_us, n: transform_latency_counts output), exact: per firmware version (kind
+    firmware_version), per transport (kind transport) and for the fleet (kind fleet, key null),
+    per metric. Each count row counts in its firmware's, its transport's and the fleet's group
+    (one row per kind, summed per value), then one window sorts them all
     (transform_exact_percentiles)."""
     kinds = counts.selectExpr(
         "inline(array(struct('firmware_version' AS kind, firmware_version AS key), "
