@@ -143,7 +143,6 @@ def run_job(
     progress: Progress | bool = True,
     shuffle_partitions: int | None = None,
     driver_memory: str = DRIVER_MEMORY,
-    exact_max_values: int | None = None,
     webhook: str | None = None,
     incremental: bool = False,
     late_days: int = DEFAULT_LATE_DAYS,
@@ -153,8 +152,7 @@ def run_job(
     input_dir and out_dir are Hadoop URIs (scheme-less: the default filesystem). date_from /
     date_to bound the rows counted (inclusive dates); lookback_days / lookahead_days bound what is
     read around them (DateRange). daily=True: from the last date of the previous run into the same
-    out_dir (daily_range) on. exact_max_values: accepted and ignored (every latency percentile is
-    exact; tests/fleet/test_skew.py still passes it). webhook: a URL the
+    out_dir (daily_range) on. webhook: a URL the
     rollout regression flags are POSTed to (OUT/regressions.json is written either way).
     incremental=True: only the export files no earlier run into out_dir read, lead domains carried
     over (incremental.py).

@@ -40,9 +40,6 @@ PERCENTILES = (0.5, 0.95, 0.99)
 # by_transport's <metric>_p<q>_us) come from value counts (transform_exact_percentiles): latency
 # values repeat, so the counts are far fewer rows than the values, and a window sorts them (it
 # spills; no map of a group's values is held in memory).
-# The rank error columns.check_fleet_latency allows a percentile of a group over its size bound,
-# as n / APPROX_ACCURACY (tests/fleet/test_skew.py checks with it; exact answers are within it).
-APPROX_ACCURACY = 10_000
 # Lead histogram buckets: (label, lower bound inclusive, upper bound inclusive), in plot order.
 LEAD_BUCKETS: tuple[tuple[str, int | None, int | None], ...] = (
     ("<=-100", None, -100),

@@ -67,7 +67,6 @@ def skew_run(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     mp = pytest.MonkeyPatch()
     mp.setattr(transforms, "BUCKET_BITS", 10)
     try:
-        # fleet-level latency groups of more than 1,000 values get approximate percentiles
         log = io.StringIO()
         summary = run_job(
             str(base / "export"),
@@ -75,7 +74,6 @@ def skew_run(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
             spark,
             report=False,
             progress=Progress(stream=log, tick=1e9),
-            exact_max_values=1000,
         )
         assert "lead domains: in buckets" in log.getvalue()
     finally:
@@ -91,10 +89,8 @@ def skew_run(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
 @pytest.mark.spark
 def test_skewed_fleet_equals_truth_and_oracle(skew_run) -> None:
     pytest.importorskip("duckdb")
-    from leadwire.fleet.columns import check_fleet_latency, without_approx
     from leadwire.fleet.job import TABLE_ORDER
     from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
-    from leadwire.fleet.transforms import APPROX_ACCURACY
 
     export, out, truth, s = skew_run
     t = truth.totals
@@ -102,12 +98,8 @@ def test_skewed_fleet_equals_truth_and_oracle(skew_run) -> None:
         assert s[got_key] == t[want_key], got_key
     got = read_job_tables(str(out), TABLE_ORDER)
     want = run_oracle(str(export))
-    # the oracle's percentiles are exact: every other cell equal; the fleet-level percentiles
-    # exact for groups of <= 1,000 values, within the stated rank error for the others
-    assert compare_tables(without_approx(got), without_approx(want), TABLE_ORDER) == []
-    assert check_fleet_latency(str(export), got, 1000, APPROX_ACCURACY) == []
-    assert got["latency"]["n"].min() > 1000  # the fleet groups were approximate
-    # (per-device percentiles stay exact: `devices` is among the tables equal to the oracle's)
+    # every cell equal to the oracle's, the fleet-level and per-device latency percentiles included
+    assert compare_tables(got, want, TABLE_ORDER) == []
 
 
 # A hot device day by day (half the rows, one lead domain, ~2,000 of its rows a day: ~8 buckets of
