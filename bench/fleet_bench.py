@@ -48,9 +48,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import multiprocessing
 import os
-import queue
 import shutil
 import sys
 import threading
@@ -63,15 +61,14 @@ import click
 from leadwire.fleet.job import TABLE_ORDER, LocalSession, Progress, local_session, run_job
 from leadwire.fleet.oracle import compare_tables, read_job_tables, run_oracle
 from leadwire.fleet.session import DRIVER_MEMORY
-from leadwire.fleet.synth import SUMMARY_TRUTH, SynthConfig, SynthTruth, write_synth
-
-
-def jvm_cpu_seconds(spark: Any) -> float:
-    """CPU seconds (user + system, /proc/PID/stat) used so far by the driver JVM (local mode: the
-    executors too): less sensitive to other load on a shared machine than wall time."""
-    with open("/proc/%d/stat" % jvm_pid(spark)) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from leadwire.fleet.synth import SUMMARY_TRUTH, SynthConfig, SynthTruth
+from leadwire.tools.fleet_measure import (
+    ROW_BYTES,
+    generate_export,
+    jvm_cpu_seconds,
+    jvm_pid,
+    peak_rss_mb,
+)
 
 
 def cpu_seconds(spark: Any) -> float:
@@ -148,16 +145,6 @@ def task_balance(stages: list[dict[str, Any]], arrivals: int, partitions: int) -
     }
 
 
-def jvm_pid(spark: Any) -> int:
-    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-
-
-def peak_rss_mb(pid: int | str = "self") -> float:
-    """A process's peak resident set (VmHWM) in MB; reset_peak() starts a new peak."""
-    with open("/proc/%s/status" % pid) as f:
-        return int(next(line.split()[1] for line in f if line.startswith("VmHWM:"))) / 1024
-
-
 def reset_peak(pid: int | str = "self") -> None:
     """Restart a process's VmHWM from its current RSS (Linux: 5 > /proc/PID/clear_refs)."""
     with open("/proc/%s/clear_refs" % pid, "w") as f:
@@ -192,36 +179,6 @@ class MemWatch:
         self._stop.set()
         self._thread.join()
         return min(self.low, mem_available_mb())
-
-
-def _gen_child(cfg: SynthConfig, export: str, chunk_rows: int, q: Any) -> None:
-    t = time.monotonic()
-    truth = write_synth(cfg, export, chunk_rows=chunk_rows)
-    # VmHWM, not getrusage's ru_maxrss: that survives exec, so a spawned child reports its parent's
-    # peak when larger (measured: 4327 MB, the bench's DuckDB peak, for a 30M generation)
-    q.put((truth, time.monotonic() - t, peak_rss_mb()))
-
-
-def generate_export(cfg: SynthConfig, export: str, chunk_rows: int) -> tuple[SynthTruth, float, float]:
-    """Write the synthetic export in a child process (streamed in chunks of chunk_rows rows), so
-    its memory is the child's and returns to the OS before Spark runs: (truth, seconds, peak MB)."""
-    ctx = multiprocessing.get_context("spawn")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_gen_child, args=(cfg, export, chunk_rows, q))
-    proc.start()
-    try:
-        while True:
-            try:
-                result = q.get(timeout=2)
-                break
-            except queue.Empty:
-                if not proc.is_alive():
-                    raise RuntimeError("generator died (exit code %s)" % proc.exitcode) from None
-    finally:
-        proc.join()
-    if proc.exitcode != 0:
-        raise RuntimeError("generator exited with %s" % proc.exitcode)
-    return result
 
 
 def run_spark(export: str, result: str, spark: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -315,9 +272,6 @@ def one(rows: int, out: str, spark: Any, o: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(result, ignore_errors=True)
     gc.collect()
     return r
-
-
-ROW_BYTES = 37  # about what a synthetic arrival row takes in the export's Parquet
 
 
 def bench_session(o: dict[str, Any], sizes: list[int]) -> AbstractContextManager[LocalSession]:

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-from fleet_bench import ROW_BYTES, generate_export, jvm_cpu_seconds  # bench/ is the script's path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -36,6 +35,7 @@ from leadwire.fleet.extract import DateRange, extract
 from leadwire.fleet.job import local_session, run_job
 from leadwire.fleet.progress import Progress
 from leadwire.fleet.synth import SynthConfig
+from leadwire.tools.fleet_measure import ROW_BYTES, generate_export, jvm_cpu_seconds
 
 APPROX_ACCURACY = 10_000
 

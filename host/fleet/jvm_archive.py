@@ -120,11 +120,11 @@ class ClassArchive:
         if gw is None or proc is None:  # not a JVM this process launched: nothing to wait for
             return False
         log("saving the JVM's class archive for faster starts (once): %s" % self.path)
-        gw.shutdown()
         SparkContext._gateway = None  # type: ignore[assignment]
         SparkContext._jvm = None  # type: ignore[assignment]
         ok = False
         try:
+            gw.shutdown()
             proc.stdin.close()  # the gateway JVM exits when its stdin closes (pyspark's contract)
             ok = proc.wait(DUMP_TIMEOUT_S) == 0 and pending.is_file() and pending.stat().st_size > 0
         except Exception:  # timeout, broken pipe: no archive this time

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from leadwire.fleet.fs import local_path, scheme
@@ -170,7 +171,12 @@ def local_session(
     try:
         yield LocalSession(spark, conf.get("spark.driver.extraJavaOptions", ""), start_s)
     finally:
-        spark.stop()
+        try:
+            spark.stop()
+        except (ConnectionError, Py4JError) as e:
+            # the JVM already gone (killed, or its stdin closed): nothing left to stop, and raising
+            # here would hide what the body raised
+            log("spark: the session's JVM had already exited (%s)" % type(e).__name__)
         if archive is not None:
             archive.finish(log)
 

@@ -124,6 +124,25 @@ def test_an_exception_stops_the_session_and_the_archive_only_after_a_clean_exit(
     assert SparkContext._gateway is None  # the next session of this process starts a new JVM
 
 
+def test_a_session_whose_jvm_is_gone_stops_without_an_error(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop() of a session whose JVM already exited (py4j: connection refused) is one log line,
+    and the archive's finish still runs (here: a JVM that wrote none, so nothing is put in place)."""
+    events: list[str] = []
+
+    class GoneSpark(FakeSpark):
+        def stop(self) -> None:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(session, "build_session", lambda *a: GoneSpark(events))
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    with job.local_session("local[2]", None, log=events.append):
+        pass
+    assert events == ["spark: the session's JVM had already exited (ConnectionRefusedError)"]
+    assert not cache.exists() or sorted(p.name for p in cache.iterdir()) == []
+
+
 # run_job starts its own session on an export with a wrong schema (BadInput once the JVM is up);
 # then the demo's child runs the job on a good export and maps the archive the first one wrote
 FAILING = """
