@@ -1,4 +1,5 @@
-# Thumb code (rp2: ARMv6-M) for _viper's byte loops: frame, below, and encode_into (at the end).
+# Thumb code (rp2: ARMv6-M) for _viper's byte loops: frame, below, encode_into and scan (at the
+# end).
 #
 # frame: the ring's EVENTS answer's byte loop, where _viper.frame is viper: the header, the
 # records read in the store, the CRC bytes after them through the CRC-16 and the COBS encoder,
@@ -6,8 +7,9 @@
 # and calls it). Only Thumb ports compile asm_thumb: tools/firmware_build.py puts this module on
 # Thumb boards only (rp2), and _viper binds these where they load (its viper ones are then
 # garbage: their machine code leaves the heap). ~23 cycles a byte on an RP2040 against viper's
-# ~95 (which keeps three locals in registers and reloads the rest each byte); this whole module
-# is 384 B as .mpy, the viper loop alone ~980. Allocates nothing.
+# ~95 (which keeps three locals in registers and reloads the rest each byte). As .mpy for armv6m
+# frame and encode_into are 384 B (viper's loop alone ~980), the scan's kernel and its call ~630
+# (viper's scan 1,408 B of code). Allocates nothing.
 #
 # Arguments: r0 buf, r1 st (the ring's state), r2 cb, r3 t (crc16.TABLE), as _viper.frame's.
 # Registers: r0 the next byte in (q), r1 the end of this piece (e), r2 the CRC, r3 the CRC table,
@@ -186,3 +188,184 @@ def encode_into(r0, r1, r2, r3):
     sub(r7, r5, r4)
     strb(r7, [r4, 0])
     sub(r0, r5, r2)
+
+
+# framing's serial receive path (_viper.scan's, which says what it does; _twins.scan_py the
+# bytecode twin): the stuffed bytes kept, the COBS decode in place and wire.check, whose codes are
+# the literals here, in Thumb code; scan below is the call framing makes (asm_thumb takes at most 4
+# arguments). decode(p, n, b, k): the bytes at p[:n] into the frame buffer b, k the decoder's state
+# (array "h": held, overflow, ready, the size of b); returns the bytes taken. The CRC without
+# crc16.TABLE (CRC-16/CCITT-FALSE a byte at a time: x = crc >> 8 ^ byte, x ^= x >> 4, crc = crc << 8
+# ^ x << 12 ^ x << 5 ^ x): ~20 cycles a byte. Registers: r0 the next byte in, r1 the end, r2 b,
+# r3 k, r4 the next byte kept (b + held), r5 b + its size, r6 the byte, r7 scratch, r12 the first
+# byte; for a frame, r0 on the stack, r1 and r5 the decode's read and write pointers, r7 the result.
+@micropython.asm_thumb
+def decode(r0, r1, r2, r3):
+    mov(r12, r0)
+    add(r1, r1, r0)
+    ldrh(r4, [r3, 0])  # held
+    add(r4, r4, r2)
+    ldrh(r5, [r3, 6])  # the size of b
+    add(r5, r5, r2)
+    mov(r6, 0)
+    strh(r6, [r3, 4])  # ready: 0
+    label(LOOP)
+    cmp(r0, r1)
+    bne(BYTE)
+    sub(r4, r4, r2)  # the end: held
+    strh(r4, [r3, 0])
+    b(END)
+    label(BYTE)
+    ldrb(r6, [r0, 0])
+    add(r0, 1)
+    cmp(r6, 0)
+    beq(DELIM)
+    cmp(r4, r5)
+    bcs(OVER)
+    strb(r6, [r4, 0])
+    add(r4, 1)
+    b(LOOP)
+    label(OVER)  # what does not fit is dropped: an oversize frame
+    mov(r6, 1)
+    strh(r6, [r3, 2])
+    b(LOOP)
+    label(DELIM)
+    cmp(r4, r2)
+    beq(LOOP)  # empty: a delimiter used to resynchronise
+    label(SKIP)  # the delimiters after it: empty frames, taken now
+    cmp(r0, r1)
+    beq(FRAME)
+    ldrb(r6, [r0, 0])
+    cmp(r6, 0)
+    bne(FRAME)
+    add(r0, 1)
+    b(SKIP)
+    label(FRAME)
+    push({r0})
+    mov(r6, 0)
+    strh(r6, [r3, 0])  # held: 0
+    ldrh(r7, [r3, 2])
+    strh(r6, [r3, 2])  # overflow: 0
+    cmp(r7, 0)
+    beq(DECODE)
+    mov(r7, 8)  # E_OVERSIZE
+    neg(r7, r7)
+    b(READY)
+    label(DECODE)  # COBS decode in place (_twins.decode_in_place): r1 in, r5 out, r4 the end
+    mov(r1, r2)
+    mov(r5, r2)
+    label(RUN)
+    cmp(r1, r4)
+    bcs(CHECK)
+    ldrb(r6, [r1, 0])  # the code byte
+    add(r1, 1)
+    add(r7, r1, r6)
+    sub(r7, 1)
+    cmp(r7, r4)
+    bhi(COBS)
+    label(COPY)
+    cmp(r1, r7)
+    beq(CODE)
+    ldrb(r0, [r1, 0])
+    strb(r0, [r5, 0])
+    add(r1, 1)
+    add(r5, 1)
+    b(COPY)
+    label(CODE)  # a 0 after the run, unless it was 254 long or the last
+    cmp(r6, 255)
+    beq(RUN)
+    cmp(r1, r4)
+    bcs(RUN)
+    mov(r0, 0)
+    strb(r0, [r5, 0])
+    add(r5, 1)
+    b(RUN)
+    label(COBS)
+    mov(r7, 7)  # E_COBS
+    neg(r7, r7)
+    b(READY)
+    label(CHECK)  # wire.check of the r4 = r5 - b bytes decoded
+    sub(r4, r5, r2)
+    ldrb(r6, [r2, 0])
+    mov(r7, 1)  # E_SHORT
+    neg(r7, r7)
+    cmp(r4, 12)
+    blt(READY)
+    lsr(r0, r6, 5)
+    sub(r7, 1)  # E_VERSION
+    cmp(r0, 1)
+    bne(READY)
+    mov(r0, 31)
+    and_(r0, r6)
+    sub(r7, 1)  # E_TYPE
+    cmp(r0, 0)
+    beq(READY)
+    cmp(r0, 10)
+    bhi(READY)
+    sub(r7, 1)  # E_LENGTH: 12 + the length field (+ 8: a signed frame's trailer) is the size
+    ldrb(r0, [r2, 4])
+    mov(r1, 7)
+    and_(r0, r1)
+    lsl(r0, r0, 8)
+    ldrb(r1, [r2, 5])
+    orr(r0, r1)
+    add(r0, 12)
+    ldrb(r1, [r2, 1])
+    mov(r6, 0x20)
+    tst(r1, r6)
+    beq(SIZE)
+    add(r0, 8)
+    label(SIZE)
+    cmp(r0, r4)
+    bne(READY)
+    sub(r5, 2)  # the CRC of b[:size - 2]
+    mov(r1, r2)
+    mov(r0, 0)
+    mvn(r0, r0)
+    lsr(r0, r0, 16)
+    label(CRC)
+    cmp(r1, r5)
+    beq(CRCEND)
+    ldrb(r6, [r1, 0])
+    add(r1, 1)
+    lsr(r7, r0, 8)
+    eor(r6, r7)
+    lsr(r7, r6, 4)
+    eor(r6, r7)
+    lsl(r0, r0, 8)
+    eor(r0, r6)
+    lsl(r7, r6, 5)
+    eor(r0, r7)
+    lsl(r7, r6, 12)
+    eor(r0, r7)
+    lsl(r0, r0, 16)
+    lsr(r0, r0, 16)
+    b(CRC)
+    label(CRCEND)
+    ldrb(r6, [r5, 0])
+    lsl(r6, r6, 8)
+    ldrb(r1, [r5, 1])
+    orr(r6, r1)
+    mov(r7, 5)  # E_CRC
+    neg(r7, r7)
+    cmp(r0, r6)
+    bne(READY)
+    ldrb(r6, [r2, 1])
+    mov(r7, 6)  # E_FLAGS: (b[1] >> 4) & 12
+    neg(r7, r7)
+    mov(r1, 0xC0)
+    tst(r6, r1)
+    bne(READY)
+    mov(r7, r4)  # a frame of r4 bytes
+    label(READY)
+    strh(r7, [r3, 4])  # ready
+    pop({r0})
+    label(END)
+    mov(r1, r12)
+    sub(r0, r0, r1)
+
+
+@micropython.viper
+def scan(s: ptr8, h: int, n: int, b, k, d) -> int:
+    # framing.scan(s, h, n, b, k, d): decode's call (d, crc16.TABLE, unused: decode needs none)
+    return h + int(decode(int(s) + h, n - h, b, k))

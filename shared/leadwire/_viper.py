@@ -360,9 +360,10 @@ def scan(s: ptr8, h: int, n: int, b: ptr8, k: ptr16, d: ptr16) -> int:  # noqa: 
     return h
 
 
-# On a Thumb port (rp2) the answer's byte loop and the COBS encoder are _thumb's (asm_thumb: ~4x
-# faster a byte, a third of the code); the viper ones above are then garbage, their code freed.
+# On a Thumb port (rp2) the answer's byte loop, the COBS encoder and the scan are _thumb's
+# (asm_thumb: ~4x faster a byte, a third of the code); the viper ones above are then garbage, their
+# code freed.
 try:
-    from leadwire._thumb import encode_into, frame  # type: ignore[no-redef, assignment]  # noqa: F811
+    from leadwire._thumb import encode_into, frame, scan  # type: ignore[no-redef, assignment]  # noqa: F811
 except (ImportError, SyntaxError, NotImplementedError, ValueError):  # not a Thumb port
     pass

@@ -58,8 +58,8 @@ def test_core_checks_on_rp2(pico_board: PicoBoard, tmp_path: Path) -> None:
     """The checks of tests/mpy/core_runner.py (QUICK, or all with LEADWIRE_PICO_FULL=1), compiled for
     armv6m as `leadwire flash --board rp2` compiles the core, run on the board from its filesystem:
     each prints ok (0 bytes per call under heap_lock, vectors equal), none fails; the answer's byte
-    loop and the COBS encoder are _thumb's (asm_thumb), then, with _thumb.mpy taken away, _viper's
-    own against the same bytecode twins and vectors."""
+    loop, the COBS encoder and the scan are _thumb's (asm_thumb), then, with _thumb.mpy taken away,
+    _viper's own against the same bytecode twins and vectors."""
     checks = sorted(CHECKS) if os.environ.get("LEADWIRE_PICO_FULL") else QUICK
     assert set(QUICK) <= set(CHECKS)
     lib = tmp_path / "lwtest"
@@ -84,9 +84,9 @@ def test_core_checks_on_rp2(pico_board: PicoBoard, tmp_path: Path) -> None:
     r = subprocess.run(cp, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout[-1000:] + r.stderr
     # the board's own leadwire/ (the flashed subset) comes after lwtest/ on sys.path
-    # then the answer's and the encoder's checks again without _thumb.mpy: _viper's own loops (what
-    # a Thumb board runs when _thumb is refused) on the same vectors, in fresh modules
-    twin = ["test_answer_equals_bytecode_twin", "test_cobs_vectors"]
+    # then the answer's, the encoder's and the scan's checks again without _thumb.mpy: _viper's own
+    # loops (what a Thumb board runs when _thumb is refused) on the same vectors, in fresh modules
+    twin = ["test_answer_equals_bytecode_twin", "test_cobs_vectors", "test_scan_vectors"]
     again = "', '".join(("leadwire", "core_runner", "twin_checks"))
     run = (
         "import sys\nsys.path.insert(0, '/lwtest')\nimport core_runner\n"
@@ -103,7 +103,7 @@ def test_core_checks_on_rp2(pico_board: PicoBoard, tmp_path: Path) -> None:
         pico_board.restart()  # a clean board, the agent ready, for the next test, whatever happened
     out = [x.strip() for x in r.stdout.splitlines() if x.strip()]
     want = ["ok " + c for c in checks] + ["%d passed, 0 failed" % len(checks), "thumb True"]
-    want += ["ok " + c for c in twin] + ["2 passed, 0 failed", "thumb False"]
+    want += ["ok " + c for c in twin] + ["3 passed, 0 failed", "thumb False"]
     assert out == want, r.stdout + r.stderr
 
 
