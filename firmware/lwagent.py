@@ -555,13 +555,18 @@ def start(b, board):
     from leadwire.framing import StreamDecoder
     from leadwire.ring import EventRing
 
-    for c, n in (
+    free = [
         (Agent, "__init__"),
         (EventRing, "__init__"),
         (StreamDecoder, "__init__"),
         (StreamDecoder, "feed"),
         (StreamDecoder, "scan"),
-    ):
+    ]
+    # the ring's bytecode burst (EventRing.respond) where no link can reach it: device.respond
+    # native (_viper.respond answers every POLL on a serial link without auth) and no other link
+    if respond is not getattr(dv, "slow", respond) and not [L for L in links if L[_UDP] or L[_EP]]:
+        free.append((EventRing, "respond"))
+    for c, n in free:
         setattr(c, n, None)
         delattr(c, n)
     del dv.hello_into

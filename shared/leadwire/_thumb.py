@@ -1,5 +1,5 @@
-# Thumb code (rp2: ARMv6-M) for _viper's byte loops: frame, below, encode_into and scan (at the
-# end).
+# Thumb code (rp2: ARMv6-M) for _viper's byte loops: frame, below, encode_into, crc16_viper and
+# scan (at the end).
 #
 # frame: the ring's EVENTS answer's byte loop, where _viper.frame is viper: the header, the
 # records read in the store, the CRC bytes after them through the CRC-16 and the COBS encoder,
@@ -188,6 +188,32 @@ def encode_into(r0, r1, r2, r3):
     sub(r7, r5, r4)
     strb(r7, [r4, 0])
     sub(r0, r5, r2)
+
+
+# The CRC-16 of buf[start:end] through the table t (crc16.TABLE), as _viper.crc16_viper (its name:
+# no new name on a board): what crc16.crc16 calls. r0 the CRC, r1 the next byte, r2 the end.
+@micropython.asm_thumb
+def crc16_viper(r0, r1, r2, r3):
+    add(r1, r1, r0)
+    add(r2, r2, r0)
+    mov(r0, 0)
+    mvn(r0, r0)
+    lsr(r0, r0, 16)
+    label(LOOP)
+    cmp(r1, r2)
+    bcs(DONE)
+    ldrb(r4, [r1, 0])
+    add(r1, 1)
+    lsr(r5, r0, 8)  # crc = (crc << 8) & 0xFFFF ^ t[(crc >> 8) ^ b]
+    eor(r5, r4)
+    lsl(r5, r5, 1)
+    add(r5, r5, r3)
+    ldrh(r5, [r5, 0])
+    lsl(r0, r0, 24)
+    lsr(r0, r0, 16)
+    eor(r0, r5)
+    b(LOOP)
+    label(DONE)
 
 
 # framing's serial receive path (_viper.scan's, which says what it does; _twins.scan_py the

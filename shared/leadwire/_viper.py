@@ -360,10 +360,71 @@ def scan(s: ptr8, h: int, n: int, b: ptr8, k: ptr16, d: ptr16) -> int:  # noqa: 
     return h
 
 
-# On a Thumb port (rp2) the answer's byte loop, the COBS encoder and the scan are _thumb's
+# The device's answer to a POLL on a serial link without auth, in one call: device.respond where
+# _viper loads (device.py binds it; its bytecode respond, the reference, is `slow` here: every
+# frame this does not take goes there, and tests/mpy/core_runner.py runs both on responder.json).
+# Taken: a POLL (16 or 17 bytes, unsigned) on a link whose auth is off (L[15] None) and which has
+# a COBS buffer (L[13]): device.respond's copy rule and max_frames check, then EventRing.respond's
+# burst: the fields read in place, each frame built COBS-framed in L[13] (read at each frame) by
+# the native answer (EVENTS) or answer_cobs' bytecode (NO_EVENT, RECOVERY, follow) and handed to
+# d(L, L[13], size, a); then the POLL is the link's last. Anything else (HELLO, a signed frame,
+# auth, a datagram link) goes to slow. The same rules in bytecode cost ~16,700 cycles a POLL on an
+# RP2040 (device.respond's own, EventRing.respond's): attribute lookups, the fields byte by byte,
+# a method call of 8 arguments. Allocates nothing but what d does (answer_cobs' bytecode frame,
+# over 11 words, comes from the heap and goes back at its return unless the heap is locked, as
+# the agent has it: then it is on the C stack).
+slow = None
+
+
+@micropython.viper
+def respond(L, b, n: int, a, ring, d) -> int:
+    p = ptr8(b)
+    c = L[13]
+    if (n != 16 and n != 17) or p[0] != 0x22 or p[1] & 0x20 or not c or L[15]:
+        return int(slow(L, b, n, a, ring, d))  # type: ignore[misc]
+    k = (p[3] << 16) | (p[8] << 8) | p[9]  # messages.poll_key
+    if k == int(L[17]):
+        return -3  # device._R_COPY: its answer went
+    f = 1
+    if n == 17:
+        f = p[14]
+    q = f >> 7  # follow
+    f &= 0x7F
+    if f == 0 or f > 32:
+        return -1  # device._R_BAD: max_frames not 1..32
+    x = int(L[16])  # max_bytes: the link's budget, or less if the POLL asks less
+    if (p[12] << 8) | p[13] < x:
+        x = (p[12] << 8) | p[13]
+    buf = L[2]
+    m = int(len(buf))
+    st = ring._st
+    s = ptr32(st)
+    hi = (p[6] << 8) | p[7]
+    lo = (p[8] << 8) | p[9]
+    e = 0  # frames dropped
+    i = 0  # the frame's index
+    while True:
+        o = int(answer(hi, lo, p[3], st, buf, c, ring.TABLE, (p[10] << 8) | p[11], x, i, m))
+        if o < 0:  # NO_EVENT, RECOVERY: answer_cobs's bytecode (follow: a RECOVERY that leaves a
+            g = 0  # frame goes on)
+            if q and i + 1 < f:
+                g = 1
+            o = int(ring.answer_cobs(buf, c, hi, lo, (p[10] << 8) | p[11], x, p[3], i, g))
+        e += int(d(L, c, o, a))
+        i += 1
+        if i == f or s[10] == 0:  # ring._SBACK: the events held after the last one carried
+            break
+        hi = s[8]
+        lo = s[9]
+        c = L[13]
+    L[17] = k
+    return e
+
+
+# On a Thumb port (rp2) the answer's byte loop, the COBS encoder, the CRC and the scan are _thumb's
 # (asm_thumb: ~4x faster a byte, a third of the code); the viper ones above are then garbage, their
 # code freed.
 try:
-    from leadwire._thumb import encode_into, frame, scan  # type: ignore[no-redef, assignment]  # noqa: F811
+    from leadwire._thumb import crc16_viper, encode_into, frame, scan  # type: ignore[no-redef, assignment]  # noqa: F811, E501
 except (ImportError, SyntaxError, NotImplementedError, ValueError):  # not a Thumb port
     pass

@@ -316,3 +316,16 @@ def health_into(buf, data, n=1, count=3):
             buf[pos + 1] = v & 0xFF
             pos += 2
     return pos
+
+
+# On MicroPython where _viper loads, respond is _viper.respond: a POLL on a serial link without
+# auth answered in one native call (the rules above, the same vectors); every other frame it hands
+# to the bytecode respond above, `slow` (here and _viper's), the reference on every tier.
+slow = respond
+try:
+    from leadwire import _viper
+    from leadwire._viper import respond  # type: ignore[assignment]
+
+    _viper.slow = slow  # type: ignore[assignment]
+except (ImportError, SyntaxError, NotImplementedError, ValueError):  # CPython, no native emitter
+    pass

@@ -37,6 +37,7 @@ QUICK = [
     "test_alloc_answer_recovery_and_no_event",
     "test_alloc_cobs_encode",
     "test_alloc_copy",
+    "test_alloc_device_respond",
     "test_alloc_respond",
     "test_alloc_ring_write",
     "test_alloc_stream_decoder",
@@ -84,9 +85,11 @@ def test_core_checks_on_rp2(pico_board: PicoBoard, tmp_path: Path) -> None:
     r = subprocess.run(cp, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout[-1000:] + r.stderr
     # the board's own leadwire/ (the flashed subset) comes after lwtest/ on sys.path
-    # then the answer's, the encoder's and the scan's checks again without _thumb.mpy: _viper's own
-    # loops (what a Thumb board runs when _thumb is refused) on the same vectors, in fresh modules
-    twin = ["test_answer_equals_bytecode_twin", "test_cobs_vectors", "test_scan_vectors"]
+    # then the answer's, the encoder's, the CRC's and the scan's checks again without _thumb.mpy:
+    # _viper's own loops (what a Thumb board runs when _thumb is refused) on the same vectors, in
+    # fresh modules
+    twin = ["test_answer_equals_bytecode_twin", "test_cobs_vectors", "test_crc16_vectors"]
+    twin.append("test_scan_vectors")
     again = "', '".join(("leadwire", "core_runner", "twin_checks"))
     run = (
         "import sys\nsys.path.insert(0, '/lwtest')\nimport core_runner\n"
@@ -103,7 +106,7 @@ def test_core_checks_on_rp2(pico_board: PicoBoard, tmp_path: Path) -> None:
         pico_board.restart()  # a clean board, the agent ready, for the next test, whatever happened
     out = [x.strip() for x in r.stdout.splitlines() if x.strip()]
     want = ["ok " + c for c in checks] + ["%d passed, 0 failed" % len(checks), "thumb True"]
-    want += ["ok " + c for c in twin] + ["3 passed, 0 failed", "thumb False"]
+    want += ["ok " + c for c in twin] + ["4 passed, 0 failed", "thumb False"]
     assert out == want, r.stdout + r.stderr
 
 

@@ -588,6 +588,41 @@ def test_alloc_respond():
     _steady(step, 200)
 
 
+def test_alloc_device_respond():
+    # device.respond (native where _viper loads) on a serial link without auth: a burst POLL of
+    # 4 frames of 5 events, NO_EVENT, RECOVERY (and its follow), the copy of the POLL answered
+    # last: 0 bytes but the sender's
+    from leadwire import codec, device, framing, messages
+
+    p = _Poller(16, 8, 256)
+    for _ in range(40):
+        p.write()
+    r = p.ring
+    top = r._st[1] << 16 | r._st[2]
+    reqs = [
+        codec.encode(messages.poll_frame(n, 5, 200, t, 4, f))
+        for t, n, f in ((1, top - 30, 0), (2, top, 0), (3, top - 100, 1), (4, top - 100, 0))
+    ]
+    sent = bytearray(1)
+
+    def d(L, b, m, a):
+        sent[0] += 1
+        return 0
+
+    L = [None] * 18  # a serial link's record: tx 2, COBS buffer 13, budget 16, last POLL 17
+    L[2] = p.buf
+    L[13] = bytearray(framing.max_encoded(len(p.buf)) + 1)
+    L[16] = 200
+    L[17] = -1
+
+    def step():
+        for q in reqs:
+            device.respond(L, q, len(q), None, r, d)
+        device.respond(L, q, len(q), None, r, d)  # the copy: not answered
+
+    _steady(step, 100)
+
+
 def test_alloc_wire_check_and_crc():
     from leadwire import codec
 
@@ -663,14 +698,17 @@ def test_offsets_stay_small_across_wrap():
 
 def test_responder_vectors():
     # device.respond, the device's answering rules, on one link: each frame's result and the
-    # frames sent (signed with auth, as the firmware's _send signs), then the endpoint's rejects
+    # frames sent (signed with auth, as the firmware's _send signs), then the endpoint's rejects;
+    # where _viper loads, respond is native (_viper.respond: a POLL on a serial link without auth)
+    # and its bytecode twin device.slow runs the same vectors
     from leadwire import _twins, auth, device, framing
     from leadwire.ring import EventRing
 
     # auth off, a second time as a serial link: its COBS buffer at 13, where the ring builds each
     # answer COBS-encoded and 0-terminated (EventRing.answer_cobs: native where _viper loads)
     runs = [(v, c) for v in load("responder.json") for c in ((0, 1) if v["key"] is None else (0,))]
-    for v, c in runs:
+    fns = [device.respond] + ([device.slow] if device.slow is not device.respond else [])
+    for v, c, respond in [(v, c, fn) for v, c in runs for fn in fns]:
         r = EventRing(v["capacity"], v["start"], v["slot_size"], v["epoch"])
         for a in v["appends"]:
             d = h(a["data"])
@@ -706,7 +744,7 @@ def test_responder_vectors():
         for s in v["steps"]:
             f = h(s["frame"])
             del got[:]
-            eq(device.respond(L, f, len(f), None, r, d), s["result"], "%s: %s" % (v["name"], s["what"]))
+            eq(respond(L, f, len(f), None, r, d), s["result"], "%s: %s" % (v["name"], s["what"]))
             eq(got, s["answers"], "%s: %s: answers" % (v["name"], s["what"]))
         if ep is not None:
             eq([ep.forged, ep.replayed, ep.unsigned], v["rejects"], v["name"] + " rejects")
@@ -722,6 +760,7 @@ def test_scan_vectors():
     from leadwire import _twins, framing
     from leadwire.crc16 import TABLE
 
+    enc = bytearray(3 + framing.max_encoded(wire.OVERHEAD + 2047))  # (the largest block, made first)
     size = framing.max_encoded(1024)  # (a decoder for 1 KB frames: the 2 KB one is oversize)
     b = bytearray(size)
     st = array("h", (0, 0, 0, size))
@@ -745,7 +784,6 @@ def test_scan_vectors():
                 eq(got, [ready], "piece %d: %s" % (piece, hexlify(data[:12])))
                 eq((st[0], st[1]), (0, 0), "state after a frame")
 
-    enc = bytearray(3 + framing.max_encoded(wire.OVERHEAD + 2047))  # (one block, made first)
     for v in load("frames.json"):
         f = h(v["encoded"])
         n = _twins.encode_into(f, len(f), enc, 2)  # delimiters first: empty frames, skipped
