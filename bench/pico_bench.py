@@ -141,8 +141,64 @@ def bench(P, k, N, M):
             if m:
                 raise ValueError('bad poll %%d' %% m)
     tp = time.ticks_diff(time.ticks_us(), t)
-    print('BENCH', tw, ta, tp, got, tb, te)
+    t = time.ticks_us()
+    for j in range(M):  # the loop and the lock pair alone (taken off answer_cobs' turns: net)
+        heap_lock()
+        heap_unlock()
+    tl = time.ticks_diff(time.ticks_us(), t)
+    global _P
+    _P = (L, f, st, r, tx, P, end)
+    print('BENCH', tw, ta, tp, got, tb, te, tl)
+def polls(M, q):
+    # M POLLs' whole path as bench()'s loop (q 1), each after the line drained (a 1 ms sleep: its
+    # frame takes ~0.1 ms at 7.8 Mbaud), or the same loop without them (q 0); the host reads the
+    # cycles the board executed around each (WFE, asleep, counts none): the difference is the
+    # POLLs', the interrupts at the end of each frame included, and no wait for the line
+    L, f, st, r, tx, P, end = _P
+    gc.collect()
+    gc.disable()  # (no collection in one run and not the other)
+    for j in range(M):
+        heap_lock()
+        if q:
+            L[17] = -1
+            p = 0
+            while p < end:
+                p = scan(P, p, end, f, st, TABLE)
+                k = st[2]
+                m = respond(L, f, k, None, r, tx) if k > 0 else k
+        heap_unlock()
+        time.sleep_ms(1)
+    gc.enable()
+def uart_frames(N, n):
+    # machine.UART.write alone (the driver as the agent's serial link has it with "dma": false:
+    # boards/rp2.py's TX ring of 1 KB, timeout 0) carrying N COBS-framed answers of n bytes at
+    # 921,600 baud, by lwagent._send's loop (write(buf, off, len) until the whole frame is taken,
+    # 1 ms sleeps when nothing went); then until the line is idle
+    global uw
+    if uw is None:
+        uw = machine.UART(0, baudrate=921600, tx=machine.Pin(0), rx=machine.Pin(1), rxbuf=256,
+                          txbuf=1024, timeout=0)
+    cb = bytearray(n)
+    for j in range(n):
+        cb[j] = 0x55
+    cb[n - 1] = 0
+    gc.collect()
+    gc.disable()
+    for j in range(N):
+        p = 0
+        while p < n:
+            w = uw.write(cb, p, n - p)
+            if w:
+                p += w
+            else:
+                time.sleep_ms(1)
+    while not uw.txdone():
+        time.sleep_ms(1)
+    gc.enable()
+uw = None
 """ % (START, EVENT, EVENT, EVENT, EVENT)
+
+UART_FRAME = 2035  # a 2 KB answer COBS-framed: 30 events of 67 B on the line (12 + 3 + 30 x 67, + 9)
 
 
 def log(msg: str) -> None:
@@ -167,7 +223,7 @@ def cycles_per_event(board: PicoBoard, quick: bool) -> list[dict[str, Any]]:
             newest = (START + n_writes + n_writes // 20 * 20 - 1) & 0xFFFFFFFF  # write() and write_samples()
             p = poll_bytes((newest - k) & 0xFFFFFFFF, k)  # the k newest events
             text = repl.run("bench(%r, %d, %d, %d)" % (p, k, n_writes, m), timeout=900)
-            tw, ta, tp, got, tb, te = (int(x) for x in text.split("BENCH")[1].split())
+            tw, ta, tp, got, tb, te, tl = (int(x) for x in text.split("BENCH")[1].split())
             assert got == k, (got, k)
             write = tw * HZ / 1e6 / n_writes
             answer = ta * HZ / 1e6 / (m * k)
@@ -182,16 +238,35 @@ def cycles_per_event(board: PicoBoard, quick: bool) -> list[dict[str, Any]]:
                     "answer_cobs": te * HZ / 1e6 / (m * k),  # answer_cobs: answer, CRC and COBS
                     "path": path,
                     "ratio": path / write,
+                    "loop": tl * HZ / 1e6 / m,  # a turn of the loop and the lock pair
+                    "path_cycles": executed(board, repl, "polls(%d, %%d)" % m) / (m * k),
                 }
             )
             log(
                 "pico_bench: batch %d: write %.0f, answer %.0f, path %.0f cycles/event"
                 % (k, write, answer, path)
             )
+        n = 4 if quick else 10
+        repl.run("uart_frames(0, %d)" % UART_FRAME)  # the UART made (outside the measure)
+        out[0]["uart_write"] = executed(board, repl, "uart_frames(%d * %%d, %d)" % (n, UART_FRAME)) / (
+            n * UART_FRAME / (EVENT + 3)
+        )
+        log("pico_bench: UART.write alone %.0f cycles per 67 B on the line" % out[0]["uart_write"])
     finally:
         repl.close()
     board.restart(agent=True)
     return out
+
+
+def executed(board: PicoBoard, repl: RawRepl, call: str) -> float:
+    """CPU cycles the board executes in `call` % 1 beyond `call` % 0, twice each (rp2040js counts
+    none while the core sleeps in WFE: the line's time is not in them, its interrupts are)."""
+    c = []
+    for q in (0, 1, 0, 1):
+        c0 = board.clock()
+        repl.run(call % q, timeout=900)
+        c.append(board.clock()["cycles"] - c0["cycles"])
+    return (c[1] + c[3] - c[0] - c[2]) / 2
 
 
 DEFAULT = {"id": "bench", "auth": False, "udp": False}  # the default sensors, health and ring
@@ -331,9 +406,14 @@ def summary(
         "ring_write_batched": round(one["samples"]),
         "answer_per_event": round(many["answer_cobs"]),
         # a one-event POLL's whole path (scan, check, fields, answer, COBS, the send: by DMA, as
-        # the agent sends on rp2) less the answer and its COBS encode
-        "poll_fixed": round(one["path"] - one["answer_cobs"]),
+        # the agent sends on rp2, its interrupts included: cycles executed, the line drained before
+        # each) less the answer and its COBS encode (answer_cobs' turn less the loop's)
+        "poll_fixed": round(one["path_cycles"] - (one["answer_cobs"] - one["loop"])),
         "agent_per_event_921600": round(g[921600]["cycles_per_event"] or 0),
+        # machine.UART.write alone carrying 2 KB answers at 921,600 baud at line rate (the driver:
+        # its ring, its TX interrupts, its waits), per 67 B event on the line: the share of
+        # agent_per_event_921600 that agent_per_event_921600_dma (the rest of the agent) has not
+        "uart_write_per_event_921600": round(one["uart_write"]),
         "goodput_921600": round(g[921600]["ratio"], 3),
         "agent_per_event_921600_dma": round(gd[921600]["cycles_per_event"] or 0),
         "goodput_921600_dma": round(gd[921600]["ratio"], 3),
