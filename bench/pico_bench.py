@@ -17,7 +17,11 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
    and COBS-encoded, as the agent answers over a serial link);
    the whole poll-to-answer path (COBS scan of the POLL, wire.check, the fields, answer_cobs, the
    send: by DMA where the agent attached lwdma, rp2's default) against the ring write alone (goal:
-   <= 3x).
+   <= 3x); the same path as cycles executed (read from the emulator around the runs), each POLL
+   after the line drained, its interrupts included (poll_fixed: a POLL is now quicker than its
+   frame on the line, so timed back to back it waits); machine.UART.write alone carrying 2 KB
+   answers at 921,600 baud (uart_write_per_event_921600: the driver's share of the whole agent's
+   cycles with "dma": false, beside the DMA run's, which is the rest of the agent).
 2. Serial goodput of the real bridge (host/bridge, in this process, unchanged, pipelined burst
    POLLs) polling UART0 at 115,200 and 921,600 baud: event payload bytes (64-byte events, as
    bench/goodput_bench.py) stored per second of the board's clock against the line rate (baud / 10);
