@@ -10,8 +10,10 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,31 @@ def spark() -> Iterator[SparkSession]:
         "spark.sql.warehouse.dir": "/tmp/leadwire-fleet-tests-warehouse",
     }
     with local_session("local[2]", 0, 2, "1g", "leadwire-fleet-tests", adaptive=False, extra=extra) as ls:
+        ended = _watch_jvm()
         yield ls.spark
+        if ended:  # before local_session's stop: its own end of the JVM is not an early one
+            warnings.warn(
+                "the session's Spark JVM exited before the run's end, rc %(rc)s, during %(during)s" % ended,
+                stacklevel=1,
+            )
+
+
+def _watch_jvm() -> dict[str, object]:
+    """Filled when the gateway JVM this process launched exits: its exit status (-9: killed, as by
+    the kernel's OOM killer; 0: its stdin closed) and the test running then."""
+    from pyspark import SparkContext
+
+    ended: dict[str, object] = {}
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return ended
+
+    def wait() -> None:
+        rc = proc.wait()
+        ended.update(rc=rc, during=os.environ.get("PYTEST_CURRENT_TEST", "no test"))
+
+    threading.Thread(target=wait, name="spark-jvm-watch", daemon=True).start()
+    return ended
 
 
 ARRIVAL_DEFAULTS: dict[str, Any] = {
