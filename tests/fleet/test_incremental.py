@@ -23,9 +23,9 @@ pytestmark = pytest.mark.spark
 
 @pytest.mark.timeout(900)
 def test_incremental_runs_equal_the_full_run_table_by_table(spark: SparkSession, tmp_path: Path) -> None:
-    tables, _ = generate(SynthConfig(rows=6000, devices=4, days=3, seed=7, max_delay=30, delay=0.02))
+    tables, _ = generate(SynthConfig(rows=6000, devices=4, days=2, seed=7, max_delay=30, delay=0.02))
     days = export_days(tables)
-    assert len(days) >= 3
+    assert len(days) >= 2
     export, inc = tmp_path / "export", tmp_path / "inc"
     read = []
     for k in range(len(days) + 1):
