@@ -76,40 +76,5 @@ def test_launch_conf_joins_c1_and_the_archive(tmp_path: Path, monkeypatch: pytes
     assert launch_conf("spark://127.0.0.1:7077", 1000, a) == {}  # a cluster: its own launch
 
 
-# one process per JVM: the archive is written at the JVM's exit, read at the next one's start
-ROUND = """
-import sys
-from pyspark.sql import SparkSession
-from leadwire.fleet.job import build_session, launch_conf
-from leadwire.fleet.jvm_archive import ClassArchive
-a = ClassArchive()
-extra = launch_conf("local[1]", None, a)
-if sys.argv[1:]:  # the cds log (QUIET turned it off on stdout) into a file
-    extra["spark.driver.extraJavaOptions"] += " -Xlog:cds=info:file=" + sys.argv[1]
-s = build_session("local[1]", 1, "512m", "cds-test", extra=extra)
-print(s.range(1000).selectExpr("sum(id)").collect()[0][0])
-s.stop()
-print(a.finish(print))
-"""
-
-
-@pytest.mark.timeout(240)
-def test_a_real_jvm_writes_the_archive_and_the_next_maps_it(tmp_path: Path) -> None:
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    env.pop(jvm_archive.ENV_SWITCH, None)
-    first = subprocess.run(
-        [sys.executable, "-c", ROUND], env=env, capture_output=True, text=True, timeout=200
-    )
-    assert first.returncode == 0, first.stderr[-2000:]
-    lines = first.stdout.splitlines()
-    assert lines[0] == "499500" and lines[-1] == "True" and "class archive" in lines[-2]
-    made = list((tmp_path / "cache" / "leadwire" / "spark-cds").iterdir())
-    assert len(made) == 1 and made[0].name.endswith(".jsa") and made[0].stat().st_size > 10 << 20
-    log = tmp_path / "cds.log"
-    second = subprocess.run(
-        [sys.executable, "-c", ROUND, str(log)], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert second.returncode == 0, second.stderr[-2000:]
-    assert second.stdout.splitlines() == ["499500", "False"]  # mapped, nothing new to save
-    text = log.read_text()
-    assert "Opened archive %s." % made[0] in text and "Mapped dynamic region #0" in text
+# The round trip with real JVMs (one writes the archive at its exit, the next maps it, as its cds
+# log says): test_local_session.py, through leadwire's two launchers of a local session.

@@ -144,7 +144,8 @@ def test_a_session_whose_jvm_is_gone_stops_without_an_error(
 
 
 # run_job starts its own session on an export with a wrong schema (BadInput once the JVM is up);
-# then the demo's child runs the job on a good export and maps the archive the first one wrote
+# its JVM writes the class archive at exit; then the demo's child runs the job on a good export
+# and its JVM maps that archive (the JVM's own log says so)
 FAILING = """
 import sys
 from leadwire.fleet.job import BadInput, run_job
@@ -186,6 +187,9 @@ def test_run_job_and_the_demo_child_stop_their_sessions_and_share_the_archive(tm
     made = list((tmp_path / "cache" / "leadwire" / "spark-cds").iterdir())
     assert len(made) == 1 and made[0].name.endswith(".jsa") and made[0].stat().st_size > 10 << 20
 
+    # the driver JVM's cds log into a file (spark-submit adds SPARK_SUBMIT_OPTS to its options;
+    # QUIET turned the log off on stdout only)
+    cds_log = tmp_path / "cds.log"
     child = subprocess.run(
         [
             sys.executable,
@@ -195,7 +199,7 @@ def test_run_job_and_the_demo_child_stop_their_sessions_and_share_the_archive(tm
             str(tmp_path / "ok"),
             str(tmp_path / "o2"),
         ],
-        env=env,
+        env={**env, "SPARK_SUBMIT_OPTS": "-Xlog:cds=info:file=%s" % cds_log},
         capture_output=True,
         text=True,
         timeout=300,
@@ -203,5 +207,7 @@ def test_run_job_and_the_demo_child_stop_their_sessions_and_share_the_archive(tm
     assert child.returncode == 0, child.stderr[-2000:]
     assert "start spark (local[2], adaptive execution off, 2 shuffle partitions) done in" in child.stderr
     assert "class archive" not in child.stderr  # mapped: nothing to save
+    text = cds_log.read_text()
+    assert "Opened archive %s." % made[0] in text and "Mapped dynamic region #0" in text
     assert child.stdout.startswith("fleet: 2 devices, ") and (tmp_path / "o2" / "index.html").is_file()
     assert list((tmp_path / "cache" / "leadwire" / "spark-cds").iterdir()) == made
