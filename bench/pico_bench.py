@@ -73,7 +73,7 @@ for m in ('leadwire.ring', 'leadwire.framing'):  # anew: the agent frees their c
 from micropython import heap_lock, heap_unlock
 from leadwire.ring import EventRing
 from leadwire.framing import StreamDecoder, scan
-from leadwire.crc16 import TABLE
+
 from leadwire.device import respond
 import lwagent, lwdma
 from lwagent import _send
@@ -138,7 +138,8 @@ def bench(P, k, N, M):
         p = 0
         while p < end:
             heap_lock()
-            p = scan(P, p, end, f, st, TABLE)
+            st[4] = end
+            p = scan(P, p, f, st)
             k = st[2]
             m = respond(L, f, k, None, r, tx) if k > 0 else k
             heap_unlock()
@@ -166,8 +167,9 @@ def polls(M, q):
         if q:
             L[17] = -1
             p = 0
+            st[4] = end
             while p < end:
-                p = scan(P, p, end, f, st, TABLE)
+                p = scan(P, p, f, st)
                 k = st[2]
                 m = respond(L, f, k, None, r, tx) if k > 0 else k
         heap_unlock()

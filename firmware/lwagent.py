@@ -46,7 +46,6 @@ from micropython import const, heap_lock, heap_unlock
 
 from leadwire import device as dv
 from leadwire import wire
-from leadwire.crc16 import TABLE
 from leadwire.device import hello, respond
 from leadwire.framing import encode_into, scan
 
@@ -116,7 +115,8 @@ _DEC = const(14)
 _EP = const(15)  # lwauth.link(): the endpoint's bound methods, or None (auth off)
 _LIM = const(16)  # payload budget of a frame: link frame size - overhead (- auth trailer)
 _LASTP = const(17)  # messages.poll_key of the last POLL answered (a copy is not answered twice)
-_READY = const(2)  # framing.scan's state (StreamDecoder.st): held, overflow, ready, size
+_READY = const(2)  # framing.scan's state (StreamDecoder.st): held, overflow, ready, size, end
+_STOP = const(4)
 # what leadwire.device.respond returns besides the frames dropped (>= 0)
 _R_BAD = const(-1)
 _R_OTHER = const(-4)
@@ -396,11 +396,12 @@ class Agent:
                         self._rx(L, d, n, a, m)
                     continue
                 n = obj.readinto(rb) or 0
+                st[_STOP] = n  # (framing.scan's end of the bytes in rb)
                 p = 0
                 while p < n:
                     heap_lock()  # 0 bytes: the scan (native: one call), and auth off the answer
                     try:
-                        p = scan(rb, p, n, f, st, TABLE)  # type: ignore[arg-type]  # ptr16: an array
+                        p = scan(rb, p, f, st)  # type: ignore[arg-type]  # ptr32: an array
                         k = st[_READY]  # > 0: a checked frame of k bytes in f; < 0: a bad one
                         m = respond(L, f, k, None, ring, tx) if k > 0 and A is None else 0
                     finally:

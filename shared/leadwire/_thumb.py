@@ -8,8 +8,8 @@
 # Thumb boards only (rp2), and _viper binds these where they load (its viper ones are then
 # garbage: their machine code leaves the heap). ~23 cycles a byte on an RP2040 against viper's
 # ~95 (which keeps three locals in registers and reloads the rest each byte). As .mpy for armv6m
-# frame and encode_into are 384 B (viper's loop alone ~980), the scan's kernel and its call ~630
-# (viper's scan 1,408 B of code). Allocates nothing.
+# frame and encode_into are 384 B (viper's loop alone ~980), the scan ~300 (viper's 1,408 B of
+# code). Allocates nothing.
 #
 # Arguments: r0 buf, r1 st (the ring's state), r2 cb, r3 t (crc16.TABLE), as _viper.frame's.
 # Registers: r0 the next byte in (q), r1 the end of this piece (e), r2 the CRC, r3 the CRC table,
@@ -217,29 +217,31 @@ def crc16_viper(r0, r1, r2, r3):
 
 
 # framing's serial receive path (_viper.scan's, which says what it does; _twins.scan_py the
-# bytecode twin): the stuffed bytes kept, the COBS decode in place and wire.check, whose codes are
-# the literals here, in Thumb code; scan below is the call framing makes (asm_thumb takes at most 4
-# arguments). decode(p, n, b, k): the bytes at p[:n] into the frame buffer b, k the decoder's state
-# (array "h": held, overflow, ready, the size of b); returns the bytes taken. The CRC without
+# bytecode twin): scan(s, h, b, k), the bytes s[h:k[4]] kept in the frame buffer b, the COBS
+# decode in place and wire.check, whose codes are the literals here; returns the new h. k: the
+# decoder's state, array "i": held, overflow, ready, the size of b, the end. The CRC without
 # crc16.TABLE (CRC-16/CCITT-FALSE a byte at a time: x = crc >> 8 ^ byte, x ^= x >> 4, crc = crc << 8
 # ^ x << 12 ^ x << 5 ^ x): ~20 cycles a byte. Registers: r0 the next byte in, r1 the end, r2 b,
-# r3 k, r4 the next byte kept (b + held), r5 b + its size, r6 the byte, r7 scratch, r12 the first
-# byte; for a frame, r0 on the stack, r1 and r5 the decode's read and write pointers, r7 the result.
+# r3 k, r4 the next byte kept (b + held), r5 b + its size, r6 the byte, r7 scratch, r12 s; for a
+# frame, r0 on the stack, r1 and r5 the decode's read and write pointers, r7 the result.
 @micropython.asm_thumb
-def decode(r0, r1, r2, r3):
+def scan(r0, r1, r2, r3):
     mov(r12, r0)
-    add(r1, r1, r0)
-    ldrh(r4, [r3, 0])  # held
+    add(r0, r0, r1)
+    ldr(r1, [r3, 16])  # the end
+    mov(r4, r12)
+    add(r1, r1, r4)
+    ldr(r4, [r3, 0])  # held
     add(r4, r4, r2)
-    ldrh(r5, [r3, 6])  # the size of b
+    ldr(r5, [r3, 12])  # the size of b
     add(r5, r5, r2)
     mov(r6, 0)
-    strh(r6, [r3, 4])  # ready: 0
+    str(r6, [r3, 8])  # ready: 0
     label(LOOP)
     cmp(r0, r1)
     bne(BYTE)
     sub(r4, r4, r2)  # the end: held
-    strh(r4, [r3, 0])
+    str(r4, [r3, 0])
     b(END)
     label(BYTE)
     ldrb(r6, [r0, 0])
@@ -253,7 +255,7 @@ def decode(r0, r1, r2, r3):
     b(LOOP)
     label(OVER)  # what does not fit is dropped: an oversize frame
     mov(r6, 1)
-    strh(r6, [r3, 2])
+    str(r6, [r3, 4])
     b(LOOP)
     label(DELIM)
     cmp(r4, r2)
@@ -269,9 +271,9 @@ def decode(r0, r1, r2, r3):
     label(FRAME)
     push({r0})
     mov(r6, 0)
-    strh(r6, [r3, 0])  # held: 0
-    ldrh(r7, [r3, 2])
-    strh(r6, [r3, 2])  # overflow: 0
+    str(r6, [r3, 0])  # held: 0
+    ldr(r7, [r3, 4])
+    str(r6, [r3, 4])  # overflow: 0
     cmp(r7, 0)
     beq(DECODE)
     mov(r7, 8)  # E_OVERSIZE
@@ -384,14 +386,8 @@ def decode(r0, r1, r2, r3):
     bne(READY)
     mov(r7, r4)  # a frame of r4 bytes
     label(READY)
-    strh(r7, [r3, 4])  # ready
+    str(r7, [r3, 8])  # ready
     pop({r0})
     label(END)
     mov(r1, r12)
     sub(r0, r0, r1)
-
-
-@micropython.viper
-def scan(s: ptr8, h: int, n: int, b, k, d) -> int:
-    # framing.scan(s, h, n, b, k, d): decode's call (d, crc16.TABLE, unused: decode needs none)
-    return h + int(decode(int(s) + h, n - h, b, k))

@@ -129,20 +129,21 @@ def decode_in_place(buf, n):
     return o
 
 
-# The serial receive path, s[h:n] up to and including the next delimiter in one call: the bytes
-# kept in the frame buffer b (k[3] bytes: the stuffed bytes, then the decoded frame), the COBS
-# decode and wire.check. k is the decoder's state, array("h"): bytes held, overflow, ready, the
-# size of b; d the CRC-16 table (crc16.TABLE: the native scan's). Returns the new h; afterwards
+# The serial receive path, s[h:k[4]] up to and including the next delimiter in one call: the
+# bytes kept in the frame buffer b (k[3] bytes: the stuffed bytes, then the decoded frame), the
+# COBS decode and wire.check. k is the decoder's state, array("i"): bytes held, overflow, ready,
+# the size of b, the end of the bytes in s (the caller's). Returns the new h; afterwards
 # k[2] (ready) is > 0 when a valid frame of that length is in b (wire.check passed), < 0 (minus
 # an E_* code) when a bad frame was dropped, 0 when more bytes are needed. What does not fit in b
 # is dropped (E_OVERSIZE at its delimiter); empty frames (delimiters to resynchronise) are
 # skipped, those right after a frame with it. Allocates nothing. framing.scan is _viper.scan where
 # it loads (one call for the whole path: in bytecode a byte cost ~5,000 cycles on an RP2040), else
 # this; both run the same streams on every tier (core_runner test_scan_vectors).
-def scan_py(s, h, n, b, k, d):
+def scan_py(s, h, b, k):
     # the bytecode twin of _viper.scan (argument names as its: each name a board loads is a qstr)
     m = k[0]
     c = k[3]
+    n = k[4]
     k[2] = 0
     while h < n:
         x = s[h]

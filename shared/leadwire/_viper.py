@@ -285,13 +285,15 @@ def encode_into(src: ptr8, n: int, dst: ptr8, d: int) -> int:  # noqa: F821
 # bytecode twin (the same rules: _twins.decode_in_place and wire.check, whose codes are the literals here;
 # both checked on the same streams, tests/mpy/core_runner.py test_scan_vectors). In bytecode a
 # received byte cost ~5,000 cycles on an RP2040 (a POLL ~100,000); the scan, the COBS decode and
-# the check were four calls. Arguments named as the twin's (names a board already has).
+# the check were four calls. Arguments named as the twin's (names a board already has). The CRC
+# a byte at a time without the table (_thumb.scan's: x = crc >> 8 ^ byte, x ^= x >> 4, ...).
 
 
 @micropython.viper
-def scan(s: ptr8, h: int, n: int, b: ptr8, k: ptr16, d: ptr16) -> int:  # noqa: F821
+def scan(s: ptr8, h: int, b: ptr8, k: ptr32) -> int:  # noqa: F821
     m = k[0]  # stuffed bytes held
     c = k[3]
+    n = k[4]  # the end
     k[2] = 0
     while h < n:
         x = s[h]
@@ -345,7 +347,9 @@ def scan(s: ptr8, h: int, n: int, b: ptr8, k: ptr16, d: ptr16) -> int:  # noqa: 
                 i = 0
                 e = o - 2
                 while i < e:
-                    x = ((x << 8) & 0xFFFF) ^ d[((x >> 8) ^ b[i]) & 0xFF]
+                    c = ((x >> 8) ^ b[i]) & 0xFF
+                    c ^= c >> 4
+                    x = ((x << 8) ^ (c << 12) ^ (c << 5) ^ c) & 0xFFFF
                     i += 1
                 if x != (b[e] << 8) | b[e + 1]:
                     r = -5  # E_CRC

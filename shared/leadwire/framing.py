@@ -9,7 +9,6 @@ from array import array
 
 from leadwire import wire
 from leadwire._compat import MICROPYTHON
-from leadwire.crc16 import TABLE
 
 DELIMITER = 0
 
@@ -20,10 +19,11 @@ def max_encoded(n):
 
 
 # encode_into(src, n, dst, d): COBS-encode src[:n] into dst at d; returns the end position.
-# scan(s, h, n, b, k, d): the serial receive path, s[h:n] up to and including the next delimiter
-# in one call: the bytes kept in the frame buffer b (k[3] bytes: the stuffed bytes, then the
-# decoded frame), the COBS decode and wire.check. k is the decoder's state, array("h"): bytes held,
-# overflow, ready, the size of b; d the CRC-16 table (crc16.TABLE). Returns the new h; afterwards
+# scan(s, h, b, k): the serial receive path, s[h:k[4]] up to and including the next delimiter in
+# one call: the bytes kept in the frame buffer b (k[3] bytes: the stuffed bytes, then the decoded
+# frame), the COBS decode and wire.check. k is the decoder's state, array("i"): bytes held,
+# overflow, ready, the size of b, and the end of the bytes in s, which the caller sets (once for
+# a chunk it scans frame by frame: four arguments, what asm_thumb takes). Returns the new h; afterwards
 # k[2] (ready) is > 0 when a valid frame of that length is in b (wire.check passed), < 0 (minus an
 # E_* code) when a bad frame was dropped, 0 when more bytes are needed. What does not fit in b is
 # dropped (E_OVERSIZE at its delimiter); empty frames (delimiters to resynchronise) are skipped,
@@ -75,12 +75,12 @@ else:
 
 class StreamDecoder:
     """Bytes in, frames out: scan() + frame/ready (no allocation), feed() (the host's). The agent
-    calls the module's scan(data, pos, end, frame, st, TABLE) itself, with the decoder's frame and
-    st."""
+    calls the module's scan(data, pos, frame, st) itself, with the decoder's frame and st (st[4]:
+    the end)."""
 
     def __init__(self, max_frame=wire.MAX_FRAME):
         self.frame = bytearray(max_encoded(max_frame))  # stuffed bytes, then the decoded frame
-        self.st = array("h", (0, 0, 0, len(self.frame)))  # scan's state: held, overflow, ready, size
+        self.st = array("i", (0, 0, 0, len(self.frame), 0))  # scan's state: held, overflow, ready, size, end
         self.ready = 0  # after scan(): >0 decoded frame length in self.frame, <0 -E_* code
         self.frames = 0
         self.errors = 0
@@ -91,7 +91,8 @@ class StreamDecoder:
         Afterwards `ready` is > 0 when a valid frame of that length is in self.frame, < 0 (minus
         an E_* code) when a bad frame was dropped, 0 when more bytes are needed.
         """
-        pos = scan(data, pos, end, self.frame, self.st, TABLE)  # type: ignore[arg-type]  # viper's ptr8/ptr16 are buffers
+        self.st[4] = end
+        pos = scan(data, pos, self.frame, self.st)  # type: ignore[arg-type]  # viper's ptr8/ptr32 are buffers
         r = self.st[2]
         self.ready = r
         if r > 0:

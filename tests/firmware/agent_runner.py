@@ -9,7 +9,6 @@ from lwagent import Agent, _send
 
 from leadwire import device as dv
 from leadwire import wire
-from leadwire.crc16 import TABLE
 from leadwire.device import respond
 from leadwire.framing import StreamDecoder, encode_into, scan
 from leadwire.ring import EventRing
@@ -158,7 +157,8 @@ def serial_bytes_in():
     dec = L[14]
     p = 0
     while p <= m:
-        p = scan(enc, p, m + 1, dec.frame, dec.st, TABLE)
+        dec.st[4] = m + 1
+        p = scan(enc, p, dec.frame, dec.st)
         if dec.st[2] > 0:
             rx(L, dec.frame, dec.st[2])
 

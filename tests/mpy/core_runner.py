@@ -758,12 +758,11 @@ def test_scan_vectors():
     from array import array
 
     from leadwire import _twins, framing
-    from leadwire.crc16 import TABLE
 
     enc = bytearray(3 + framing.max_encoded(wire.OVERHEAD + 2047))  # (the largest block, made first)
     size = framing.max_encoded(1024)  # (a decoder for 1 KB frames: the 2 KB one is oversize)
     b = bytearray(size)
-    st = array("h", (0, 0, 0, size))
+    st = array("i", (0, 0, 0, size, 0))
     got = []
 
     def run(data, ready, f):
@@ -775,7 +774,8 @@ def test_scan_vectors():
                     e = min(p + piece, len(data))
                     q = p
                     while q < e:
-                        q = fn(data, q, e, b, st, TABLE)
+                        st[4] = e
+                        q = fn(data, q, b, st)
                         if st[2]:
                             got.append(st[2])
                             if st[2] > 0 and b[: st[2]] != f:
