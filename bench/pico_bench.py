@@ -346,6 +346,12 @@ def report(cyc: list[dict[str, Any]], gp: list[dict[str, Any]], heap: dict[str, 
             "| %d events | %.0f | %.0f | %.0f | %.0f | %.2fx |"
             % (c["batch"], c["write"], c["samples"], c["answer"], c["path"], c["ratio"])
         )
+    one = cyc[0]
+    lines.append(
+        "\none-event POLL's whole path as cycles executed, the line drained before each (its interrupts "
+        "included): %.0f; less answer_cobs' turn (net): poll_fixed %.0f"
+        % (one["path_cycles"], one["path_cycles"] - (one["answer_cobs"] - one["loop"]))
+    )
     lines += ["", "2. serial goodput of the bridge over UART0, on the board's clock", ""]
     lines.append(
         "| baud | frame B | sent by | offered / line | offered ev/s | stored | lost (counted) | goodput B/s "
@@ -371,6 +377,11 @@ def report(cyc: list[dict[str, Any]], gp: list[dict[str, Any]], heap: dict[str, 
                 "%.0f" % (HZ / cpe) if cpe else "-",
             )
         )
+    lines.append(
+        "\nmachine.UART.write alone carrying 2 KB answers at 921,600 baud at line rate: %.0f cycles per 67 B "
+        "on the line (the driver's share of the UART.write row's cycles per stored event; the DMA row "
+        "is the rest of the agent)" % one["uart_write"]
+    )
     lines += ["", "3. heap with auth on (RPI_PICO: 246,016-byte GC heap)", ""]
     lines.append(
         "free after boot %s B; under load (%d events polled, %d health records): heap free >= %s B, "
