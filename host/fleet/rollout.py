@@ -124,12 +124,18 @@ def t975_sql(df: str) -> str:
     return "CASE %s ELSE %s END" % (table, cf)
 
 
-def n_eff_sql(x: str, deff: str, devices: str) -> str:
+def n_eff_sql(x: str, deff: str, devices: str, t: str | None = None) -> str:
     """SQL: the effective sample size of a clustered proportion, X / deff, times (Z / t)^2 with t
     on devices - 1 degrees of freedom (at least 1): Korn and Graubard's adjustment, because the
-    between-device variance is estimated from few devices."""
-    t = t975_sql("greatest(%s - 1, 1)" % devices)
+    between-device variance is estimated from few devices. `t`: a column already holding
+    t975_sql of those degrees of freedom (t_sql), else the quantile's expression inline."""
+    t = t or t_sql(devices)
     return "(%s / %s * %r / ((%s) * (%s)))" % (x, deff, Z * Z, t, t)
+
+
+def t_sql(devices: str) -> str:
+    """SQL: n_eff_sql's t quantile for `devices` devices (devices - 1 degrees of freedom, at least 1)."""
+    return t975_sql("greatest(%s - 1, 1)" % devices)
 
 
 def _floor(us: str, window_seconds: int) -> str:
@@ -297,12 +303,18 @@ def transform_rates(units: DataFrame, by: list[str]) -> DataFrame:
         "devices_seen / (devices_seen - 1D) * _S_{m} / (_X_{m} * {m}_rate * (1D - {m}_rate))) "
         "ELSE 1D END AS _deff_{m}"
     )
-    agg = agg.selectExpr("*", *(rate.format(m=m) for m in METRIC_NAMES))
+    # the t quantile (it depends on devices_seen only) as one column that every metric's n_eff
+    # reads: written out in each, its 30-way CASE, twice per metric, cost the driver's JVM ~0.1 s
+    # of parsing and analysis per call
+    agg = agg.selectExpr("*", *(rate.format(m=m) for m in METRIC_NAMES), "%s AS _t" % t_sql("devices_seen"))
     agg = agg.selectExpr("*", *(deff.format(m=m) for m in METRIC_NAMES))
     # n_eff as a column of its own: inlined into every use, the t table made methods past 64 KB
     agg = agg.selectExpr(
         "*",
-        *("%s AS _n_%s" % (n_eff_sql("_X_%s" % m, "_deff_%s" % m, "devices_seen"), m) for m in METRIC_NAMES),
+        *(
+            "%s AS _n_%s" % (n_eff_sql("_X_%s" % m, "_deff_%s" % m, "devices_seen", "_t"), m)
+            for m in METRIC_NAMES
+        ),
     )
     bounds = []
     for m in METRIC_NAMES:
