@@ -598,7 +598,9 @@ def transform_exact_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
     """Exact percentiles of value_us weighted by n, per `by` + metric: linear interpolation between
     the order statistics at position (n-1)p (0-based ranks), the arithmetic of Spark's
     `percentile` (and numpy's default, DuckDB's quantile_cont): lo = floor, hi = ceil of the
-    position; v(lo) when lo = hi or v(lo) = v(hi), else (hi - pos) v(lo) + (pos - lo) v(hi).
+    position; v(lo) when lo = hi or v(lo) = v(hi), else v(lo) + (pos - lo) (v(hi) - v(lo)), in
+    that order of operations, as `percentile` computes it (the same to the last bit: (hi - pos)
+    v(lo) + (pos - lo) v(hi) can differ from it in the last bit).
 
     `counts` (by..., metric, value_us, n > 0; a value may have several rows, as per release and
     transport counts read per release) sorted by value per group in one window: a row holds ranks
@@ -632,8 +634,8 @@ def transform_exact_percentiles(counts: DataFrame, by: list[str]) -> DataFrame:
     )
     interp = (
         "CASE WHEN _lo{i} = _hi{i} OR _v_lo{i} = _v_hi{i} THEN CAST(_v_lo{i} AS DOUBLE) ELSE "
-        "(CAST(_hi{i} AS DOUBLE) - {pos}) * CAST(_v_lo{i} AS DOUBLE) "
-        "+ ({pos} - CAST(_lo{i} AS DOUBLE)) * CAST(_v_hi{i} AS DOUBLE) END AS {name}"
+        "CAST(_v_lo{i} AS DOUBLE) + ({pos} - CAST(_lo{i} AS DOUBLE)) "
+        "* (CAST(_v_hi{i} AS DOUBLE) - CAST(_v_lo{i} AS DOUBLE)) END AS {name}"
     )
     return picked.selectExpr(
         *grp,

@@ -137,3 +137,31 @@ def test_percentiles_per_group_of_any_columns_ignore_null_values(spark: SparkSes
     assert list(got) == ["a"]
     assert (got["a"]["n"], got["a"]["p50"], got["a"]["p95"]) == (2, 3.0, pytest.approx(3.9, rel=1e-12))
     assert T.transform_exact_percentiles(df, ["release"]).columns == ["release", *T.LATENCY_COLS]
+
+
+def test_percentiles_per_device_equal_sparks_percentile_bit_for_bit(spark: SparkSession) -> None:
+    # transform_exact_percentiles per device against Spark's `percentile` map per device
+    # (transform_percentiles) on values with many repeats, every cell to the last bit: the
+    # interpolation v(lo) + (pos - lo)(v(hi) - v(lo)) in `percentile`'s order of operations
+    # (d1's gen_to_rx p99, 47 and 49 at position 19.8, is 48.6 so and 48.599999999999994 as
+    # (hi - pos) v(lo) + (pos - lo) v(hi)); a null value is not counted
+    rng = np.random.default_rng(5)
+    rows = [("d0", RX, 1000, 1), ("d1", RX, None, 1)]
+    for d in ("d1", "d2", "d3"):
+        for m in (RX, GEN) if d != "d3" else (RX,):
+            rows += [(d, m, int(v), 1) for v in rng.integers(0, 50, int(rng.integers(2, 400)))]
+    df = spark.createDataFrame(rows, "device_id STRING, metric STRING, value_us BIGINT, n BIGINT")
+    got = {
+        (r["device_id"], r["metric"]): r.asDict()
+        for r in T.transform_exact_percentiles(df, ["device_id"]).collect()
+    }
+    want = {
+        (r["device_id"], r["metric"]): r.asDict()
+        for r in T.transform_percentiles(df.where("value_us IS NOT NULL"), ["device_id"]).collect()
+    }
+    assert got == want
+    assert sorted(got) == [("d0", RX), ("d1", GEN), ("d1", RX), ("d2", GEN), ("d2", RX), ("d3", RX)]
+    assert got[("d1", GEN)]["p99"] == 48.6 and got[("d0", RX)]["p50"] == 1000.0
+    d2 = sorted(v for d, m, v, _n in rows if d == "d2" and m == GEN)
+    assert got[("d2", GEN)]["n"] == len(d2)
+    assert got[("d2", GEN)]["p95"] == pytest.approx(float(np.percentile(d2, 95)), rel=1e-12)
