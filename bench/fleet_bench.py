@@ -18,6 +18,11 @@ included: exact in both), and whether the Spark summary matches the injected gro
                                         # per-arrival task against the median, rows and seconds
     .venv/bin/python bench/fleet_bench.py --rows 10000000 30000000 --driver-memory 6g \
         --duckdb-memory 4GB             # the linearity check on a 24 GB machine
+    nice .venv/bin/python bench/fleet_bench.py --rows 10000000 --duckdb-memory 6GB --warm --json
+                                        # the job twice in one JVM: cold (its first run) and
+                                        # warm (what a long-lived session or Connect server
+                                        # sees daily): spark_seconds_cold/_warm, ratio_warm,
+                                        # cpu_ratio_warm, both runs compared with the oracle
     .venv/bin/python bench/fleet_bench.py --days 14 [--day-rows 20000] [--json]
                                         # incremental: one export run a day, each followed by
                                         # `--incremental` and a full recompute to compare with;
@@ -67,6 +72,7 @@ from leadwire.tools.fleet_measure import (
     generate_export,
     jvm_cpu_seconds,
     jvm_pid,
+    jvm_thread_cpu,
     peak_rss_mb,
 )
 
@@ -188,21 +194,25 @@ def run_spark(export: str, result: str, spark: Any) -> tuple[dict[str, Any], dic
     reset_peak(pid)
     before = stage_ids(spark)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    t, c, j = time.monotonic(), cpu_seconds(spark), jvm_cpu_seconds(spark)
+    t, c, j, k = time.monotonic(), cpu_seconds(spark), jvm_cpu_seconds(spark), jvm_thread_cpu(pid)
     prog = Progress()
     summary = run_job(export, result, spark, report=False, progress=prog)
     r = {"spark_s": time.monotonic() - t, "spark_cpu": cpu_seconds(spark) - c}
     r["jvm_cpu"] = jvm_cpu_seconds(spark) - j
+    # of which the JIT's compiler threads and the garbage collector's (jvm_thread_cpu)
+    r["jvm_threads"] = {n: round(v - k[n], 1) for n, v in jvm_thread_cpu(pid).items()}
     r["spark_load"], r["jvm_peak_mb"] = os.getloadavg()[0], peak_rss_mb(pid)
     r["stage_seconds"] = {k: round(v, 2) for k, v in prog.timings.items()}
     r.update(task_balance(task_metrics(spark, before), summary["rows"], partitions))
     print(
-        "[bench] spark job %.1fs, %.1f CPU s (JVM %.1f; load average %.1f); %s; largest task / median: "
-        "%s rows, %s s"
+        "[bench] spark job %.1fs, %.1f CPU s (JVM %.1f, of which JIT %.1f, GC %.1f; load average %.1f); %s; "
+        "largest task / median: %s rows, %s s"
         % (
             r["spark_s"],
             r["spark_cpu"],
             r["jvm_cpu"],
+            r["jvm_threads"]["jit"],
+            r["jvm_threads"]["gc"],
             r["spark_load"],
             jvm_memory(spark),
             r["largest_task_ratio"],
@@ -261,8 +271,18 @@ def one(rows: int, out: str, spark: Any, o: dict[str, Any]) -> dict[str, Any]:
         flush=True,
     )
     summary, r_spark = run_spark(export, result, spark)
+    warm: dict[str, Any] = {}
+    if o["warm"]:  # the same job again in the same JVM: what a long-lived session or server sees
+        print("[bench] the same job again in this JVM (--warm)", flush=True)
+        warm_result = result + "-warm"
+        warm_summary, warm = run_spark(export, warm_result, spark)
     want, r_duck = run_duckdb(export, out, o["threads"], o["duckdb_memory"])
     r = {"rows": truth.totals["rows"], "generate_s": gen_s, "gen_peak_mb": gen_peak, **r_spark, **r_duck}
+    if warm:
+        got = check(warm_result, want, warm_summary, truth)
+        diffs = got["diffs"] + got["truth_diffs"]
+        r["warm"] = {**warm, "equal": not diffs, "diffs": diffs}
+        shutil.rmtree(warm_result, ignore_errors=True)
     r.update(check(result, want, summary, truth))
     r["ratio"] = r["spark_s"] / r["duckdb_s"]
     r["py_peak_mb"] = max(r["py_peak_mb"], peak_rss_mb())
@@ -324,6 +344,20 @@ def print_results(results: list[dict[str, Any]]) -> bool:
         for d in r["diffs"][:20] + r["truth_diffs"]:
             print("    " + d)
         ok = ok and r["equal"] and r["truth_ok"]
+        if "warm" in r:
+            w = r["warm"]
+            print(
+                "%12s %9.1f %9s %6.2f %5s %5s %5.1f  (the same job again in this JVM: --warm; JVM CPU %.1f"
+                " cold, %.1f warm, against DuckDB %.1f: %.2f, %.2f)"
+                % (
+                    "warm", w["spark_s"], "", w["spark_s"] / r["duckdb_s"], "yes" if w["equal"] else "NO", "",
+                    w["spark_load"], r["jvm_cpu"], w["jvm_cpu"], r["duckdb_cpu"],
+                    r["jvm_cpu"] / r["duckdb_cpu"], w["jvm_cpu"] / r["duckdb_cpu"],
+                )
+            )  # fmt: skip
+            for d in w["diffs"][:20]:
+                print("    " + d)
+            ok = ok and w["equal"]
     for r in results[1:]:
         base = results[0]
         per_row = {
@@ -388,6 +422,12 @@ def print_results(results: list[dict[str, Any]]) -> bool:
     help="one skewed fleet of this many rows (one device holds half of them, one boot) run with the "
     "job's defaults (driver memory included); prints the largest per-arrival task against the median",
 )
+@click.option(
+    "--warm",
+    is_flag=True,
+    help="run the Spark job twice per size in the same JVM and report both (the second: what a "
+    "long-lived session or Spark Connect server runs a daily job at)",
+)
 @click.option("--days", type=int, default=0, help="incremental mode: this many daily export runs")
 @click.option("--day-rows", type=int, default=20_000, show_default=True, help="--days: arrival rows a day")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout (the table goes to stderr)")
@@ -435,12 +475,27 @@ def main(**o: Any) -> None:
 def json_row(r: dict[str, Any], o: dict[str, Any], jvm_start_s: float) -> dict[str, Any]:
     """One size's figures for --json (seconds rounded; the first differences only)."""
     keys = (
-        "rows", "spark_s", "jvm_cpu", "spark_cpu", "duckdb_s", "duckdb_cpu", "ratio", "equal", "truth_ok",
-        "largest_task_ratio", "largest_task_ratio_s", "stages", "stage_seconds", "spark_load", "duck_load",
-        "jvm_peak_mb", "py_peak_mb", "mem_low_mb",
+        "rows", "spark_s", "jvm_cpu", "jvm_threads", "spark_cpu", "duckdb_s", "duckdb_cpu", "ratio", "equal",
+        "truth_ok", "largest_task_ratio", "largest_task_ratio_s", "stages", "stage_seconds", "spark_load",
+        "duck_load", "jvm_peak_mb", "py_peak_mb", "mem_low_mb",
     )  # fmt: skip
     out = {k: round(r[k], 3) if isinstance(r[k], float) else r[k] for k in keys}
     out["diffs"] = (r["diffs"] + r["truth_diffs"])[:20]
+    if "warm" in r:
+        w = r["warm"]
+        out.update(
+            spark_seconds_cold=round(r["spark_s"], 3),
+            spark_seconds_warm=round(w["spark_s"], 3),
+            jvm_cpu_cold=round(r["jvm_cpu"], 3),
+            jvm_cpu_warm=round(w["jvm_cpu"], 3),
+            jvm_threads_warm=w["jvm_threads"],
+            ratio_warm=round(w["spark_s"] / r["duckdb_s"], 3),
+            cpu_ratio_warm=round(w["jvm_cpu"] / r["duckdb_cpu"], 3) if r["duckdb_cpu"] else None,
+            equal_warm=w["equal"],
+            spark_load_warm=round(w["spark_load"], 2),
+            stage_seconds_warm=w["stage_seconds"],
+        )
+        out["diffs"] += w["diffs"][:20]
     out.update(
         jvm_start_s=round(jvm_start_s, 2),
         driver_memory=o["driver_memory"],

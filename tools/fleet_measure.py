@@ -18,9 +18,42 @@ ROW_BYTES = 37  # about what a synthetic arrival row takes in the export's Parqu
 def jvm_cpu_seconds(spark: Any) -> float:
     """CPU seconds (user + system, /proc/PID/stat) used so far by the driver JVM (local mode: the
     executors too): less sensitive to other load on a shared machine than wall time."""
-    with open("/proc/%d/stat" % jvm_pid(spark)) as f:
+    return cpu_seconds_of(jvm_pid(spark))
+
+
+def cpu_seconds_of(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process `pid` (a Spark Connect server's JVM)."""
+    with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# The JVM's long-lived service threads by /proc comm (at most 15 characters): the JIT's compilers,
+# and the garbage collector's (G1's refinement and marking, the workers of the collection pauses,
+# the VM thread that runs the pauses). Spark's task threads come and go (a pool whose idle threads
+# exit), so their CPU is the JVM's total less these.
+THREAD_KINDS = (
+    ("jit", ("C1 CompilerThre", "C2 CompilerThre")),
+    ("gc", ("GC Thread", "G1 ", "VM Thread")),
+)
+
+
+def jvm_thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the live threads of JVM `pid` of each THREAD_KINDS kind: how
+    much of a run's JVM CPU went to compiling and to collecting."""
+    out = dict.fromkeys([k for k, _ in THREAD_KINDS], 0.0)
+    root = "/proc/%d/task" % pid
+    for tid in os.listdir(root):
+        try:
+            with open(os.path.join(root, tid, "stat")) as f:
+                head, tail = f.read().rsplit(")", 1)
+        except OSError:  # the thread exited meanwhile
+            continue
+        name, fields = head.split("(", 1)[1], tail.split()
+        kind = next((k for k, prefixes in THREAD_KINDS if name.startswith(prefixes)), None)
+        if kind is not None:
+            out[kind] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def jvm_pid(spark: Any) -> int:
