@@ -40,7 +40,9 @@ THREAD_KINDS = (
 
 def jvm_thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds used so far by the live threads of JVM `pid` of each THREAD_KINDS kind: how
-    much of a run's JVM CPU went to compiling and to collecting."""
+    much of a run's JVM CPU went to compiling and to collecting. The JVM ends compiler threads
+    it no longer needs (beyond one of each compiler) and their CPU goes with them, so the
+    difference over a run is a lower bound (slightly negative where one ended)."""
     out = dict.fromkeys([k for k, _ in THREAD_KINDS], 0.0)
     root = "/proc/%d/task" % pid
     for tid in os.listdir(root):
