@@ -1,7 +1,6 @@
 """The SparkSession of the fleet job: the configuration it sets (runtime, tuning, static), and a
-local session that leadwire starts and stops itself (the JVM's options: C1 for small inputs, C2's
-thresholds and the whole heap from the start for larger ones, the class-data archive of
-jvm_archive)."""
+local session that leadwire starts and stops itself (the JVM's options: C1 for small inputs,
+the class-data archive of jvm_archive)."""
 
 from __future__ import annotations
 
@@ -63,15 +62,6 @@ LOCAL_CONF = {"spark.sql.adaptive.enabled": "false"}
 SMALL_INPUT_BYTES = 64 << 20
 C1_ONLY = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 SMALL_INPUT_CONF = {"spark.driver.extraJavaOptions": C1_ONLY}
-# Local runs on a larger export (where C2 stays): the JIT's C2 thresholds 3x the JVM's defaults
-# (5000 invocations, 15000 invocations and loop iterations, 40000 loop iterations), so that C2
-# compiles only what stays hot, and the heap at its full size from the start (-Xms: no young
-# collections while a growing heap is small). At 10M rows a cold run's JIT threads spent ~33 CPU
-# s against 38-45 and its collector's ~2 against 7-10; the run 124.5-132.8 JVM CPU s against
-# 144.6-148.5 with the JVM's defaults (docs/design/fleet-job.md, "A cold JVM at 10M rows").
-LARGE_INPUT_JIT = (
-    "-XX:Tier4InvocationThreshold=15000 -XX:Tier4CompileThreshold=45000 -XX:Tier4BackEdgeThreshold=120000"
-)
 
 
 def input_bytes(input_dir: str) -> int | None:
@@ -90,23 +80,11 @@ def small_input_conf(master: str, nbytes: int | None) -> dict[str, str]:
     return dict(SMALL_INPUT_CONF) if small else {}
 
 
-def large_input_options(master: str, nbytes: int | None, heap: str | None) -> str:
-    """LARGE_INPUT_JIT and -Xms`heap` (the driver memory, which is the JVM's -Xmx) for a local
-    master and an input known to be larger than SMALL_INPUT_BYTES, else ""."""
-    if not master.startswith("local") or nbytes is None or nbytes <= SMALL_INPUT_BYTES:
-        return ""
-    return LARGE_INPUT_JIT + (" -Xms%s" % heap if heap else "")
-
-
-def launch_conf(
-    master: str, nbytes: int | None, archive: ClassArchive | None, heap: str | None = None
-) -> dict[str, str]:
+def launch_conf(master: str, nbytes: int | None, archive: ClassArchive | None) -> dict[str, str]:
     """The JVM options of a session leadwire starts itself: C1 only for a small input on a local
-    master (small_input_conf), C2's thresholds and the whole heap (`heap`: the driver memory) from
-    the start for a larger one (large_input_options), and the class-data archive (jvm_archive) for
-    any local master."""
+    master (small_input_conf), and the class-data archive (jvm_archive) for any local master."""
     key = "spark.driver.extraJavaOptions"
-    opts = [small_input_conf(master, nbytes).get(key, ""), large_input_options(master, nbytes, heap)]
+    opts = [small_input_conf(master, nbytes).get(key, "")]
     if archive is not None and master.startswith("local"):
         opts.append(archive.java_options())
     joined = " ".join(o for o in opts if o)
@@ -177,15 +155,14 @@ def local_session(
 ) -> Iterator[LocalSession]:
     """A SparkSession that leadwire starts and stops itself (run_job without a session, the demo's
     Spark child, bench/fleet_bench.py): build_session with the JVM options of launch_conf (C1 for
-    an input of nbytes known to be small, C2's thresholds and -Xms for a larger one, the class-data
-    archive; extra wins over them), or none
+    an input of nbytes known to be small, the class-data archive; extra wins over them), or none
     with launch=False (the JVM's defaults). `starting` (a Progress stage) is entered around the
     start. On leaving, also by an exception: spark.stop(), then the archive's finish(log), which
     puts an archive this run's JVM wrote at exit in place only when the JVM exited cleanly
     (jvm_archive)."""
     with starting if starting is not None else contextlib.nullcontext():
         archive = ClassArchive() if launch else None
-        conf = launch_conf(master, nbytes, archive, driver_memory) if launch else {}
+        conf = launch_conf(master, nbytes, archive) if launch else {}
         t = time.monotonic()
         spark = build_session(
             master, shuffle_partitions, driver_memory, app_name, adaptive, {**conf, **(extra or {})}

@@ -92,10 +92,9 @@ def test_the_jvm_gets_launch_conf_and_extra_wins(cache: Path, monkeypatch: pytes
         assert s.java_options == c1 + " " + mapped and s.start_s >= 0
         assert "start" in progress.timings  # the stage was left once the session was up
     assert given == [("local[2]", 2, "1g", "t", False, {JAVA_OPTS: s.java_options, "k": "v"})]
-    # spark-submit style --conf of the bench wins; a big input keeps C2 (session.large_input_options:
-    # tests/fleet/test_launch_options.py); a cluster gets nothing
+    # spark-submit style --conf of the bench wins; a big input keeps C2; a cluster gets nothing
     with job.local_session("local[2]", 1 << 30, extra={JAVA_OPTS: "-Xmx1g"}) as s:
-        assert s.java_options == session.large_input_options("local[2]", 1 << 30, "4g") + " " + mapped
+        assert s.java_options == mapped
     with job.local_session("spark://127.0.0.1:7077", 1000) as s:
         assert s.java_options == ""
     # --plain-jvm: the JVM's defaults, and no archive made
