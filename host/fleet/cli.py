@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -38,6 +40,31 @@ def _check_input(input_dir: str, out_dir: str) -> str | None:
     return None
 
 
+CONNECT_PORT = 15002  # Spark Connect's default
+CONNECT_REACH_S = 5.0
+
+
+def _connect_address(url: str) -> tuple[str, int]:
+    """sc://HOST[:PORT][/;params] -> (HOST, PORT); BadInput for anything else."""
+    m = re.fullmatch(r"sc://(\[[0-9a-fA-F:]+\]|[^/:;\[\]]+)(?::(\d+))?/?(;.*)?", url)
+    if m is None:
+        raise BadInput("--remote %s: not a Spark Connect URL (sc://HOST[:PORT])" % url)
+    return m.group(1).strip("[]"), int(m.group(2) or CONNECT_PORT)
+
+
+def _remote_session(url: str) -> Any:
+    """A Spark Connect session to `url`, once its server answers a TCP connect: pyspark's client
+    retries an unreachable server for minutes before it says so."""
+    host, port = _connect_address(url)
+    try:
+        socket.create_connection((host, port), CONNECT_REACH_S).close()
+    except OSError as e:
+        raise BadInput("no Spark Connect server at %s (%s)" % (url, e.strerror or e)) from None
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()
+
+
 @click.command("fleet")
 @click.option(
     "--input",
@@ -48,6 +75,14 @@ def _check_input(input_dir: str, out_dir: str) -> str | None:
 @click.option("--out", "out_dir", required=True, help="Output path or URI: tables, index.html, plots.")
 @click.option(
     "--master", default="local[*]", show_default=True, help="Spark master for the embedded session."
+)
+@click.option(
+    "--remote",
+    envvar="SPARK_REMOTE",
+    default=None,
+    help="Run through this Spark Connect server (sc://HOST[:PORT]; default: $SPARK_REMOTE) instead of "
+    "an embedded session: a server that stays up keeps its JVM warm between daily runs. "
+    "--master, --driver-memory and --shuffle-partitions are then the server's.",
 )
 @click.option("--window", default="1h", show_default=True, help="Time window: seconds or 15m, 1h, 1d ...")
 @date_options
@@ -70,6 +105,7 @@ def fleet(
     input_dir: str,
     out_dir: str,
     master: str,
+    remote: str | None,
     window: str,
     date_from: str | None,
     date_to: str | None,
@@ -101,14 +137,17 @@ def fleet(
     except BadInput as e:
         click.echo("leadwire fleet: %s" % e, err=True)
         sys.exit(2)
-    wrong = _check_input(input_dir, out_dir)
+    wrong = None if remote else _check_input(input_dir, out_dir)  # remote: the server's disk
     if wrong:
         click.echo("leadwire fleet: %s" % wrong, err=True)
         sys.exit(2)
+    spark = None
     try:
+        spark = _remote_session(remote) if remote else None
         summary = run_job(
             input_dir,
             out_dir,
+            spark,
             master=master,
             window_seconds=window_seconds,
             worst_n=worst,
@@ -128,6 +167,9 @@ def fleet(
     except BadInput as e:
         click.echo("leadwire fleet: %s" % e, err=True)
         sys.exit(2)
+    finally:
+        if remote and spark is not None:
+            spark.stop()  # this client's session; the server goes on
     click.echo(format_summary(summary))
     from leadwire.fleet.webhook import exit_for
 

@@ -82,6 +82,9 @@ CASES: dict[str, tuple[dict[str, str], list[str], str]] = {
     "fleet bad window": ({"in/x": ""}, ["fleet", "--input", "in", "--out", "o", "--window", "7q"], "window"),
     "fleet bad date": ({"in/x": ""}, ["fleet", "--input", "in", "--out", "o", "--from", "2026-13-01"], "from"),
     "fleet no out": ({}, ["fleet", "--input", "in"], "--out"),
+    "fleet remote not sc://": ({}, ["fleet", "--input", "in", "--out", "o", "--remote", "http://h:1"], "--remote"),
+    "fleet no connect server": ({}, ["fleet", "--input", "in", "--out", "o", "--remote", "sc://127.0.0.1:9"],
+                                "no Spark Connect server at sc://127.0.0.1:9"),
     # -- board
     "board missing config": ({}, ["board", "--config", "c.json"], "c.json"),
     "board bad json": ({"c.json": '{"x":'}, ["board", "--config", "c.json"], "c.json"),
@@ -148,6 +151,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, name: s
             p.write_text(text)
     before = _snapshot(tmp_path)
     env = dict(os.environ, LEADWIRE_DEBUG="")
+    env.pop("SPARK_REMOTE", None)  # `leadwire fleet` reads it
     r = subprocess.run(
         [sys.executable, "-m", "leadwire.cli", *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=90, env=env,

@@ -1,6 +1,6 @@
 """The fleet job under Spark Connect: the package's Spark Connect server (conftest.spark_connect:
-its own JVM on 127.0.0.1), the job run through a remote session (no SparkContext, no JVM in this
-process: a client process with SPARK_REMOTE set), its tables compared with a local-mode run of
+its own JVM on 127.0.0.1), the job run through a remote session (no SparkContext, no JVM in the
+client: `leadwire fleet` with SPARK_REMOTE set), its tables compared with a local-mode run of
 the same export (the package's small_run, going on while the client runs); the same for
 incremental runs of a growing export that ends with the export's rows (so that local run is also
 their full run). The client is stopped, also when the test fails; the whole test is bounded."""
@@ -25,10 +25,11 @@ pytestmark = pytest.mark.spark
 
 CONNECT_TIMEOUT = 600  # seconds, server start to stop, on a loaded 2-core machine
 
-# An operator's process: SPARK_REMOTE set, no JVM of its own; the job full, then incremental
-# after each export run of a growing export.
+# An operator's processes with SPARK_REMOTE set, no JVM of their own: `leadwire fleet` (its
+# --remote from SPARK_REMOTE), then the job incremental after each export run of a growing export.
 CLIENT = """
 import json
+import subprocess
 import sys
 from pyspark.sql import SparkSession
 from leadwire.fleet.job import run_job
@@ -37,10 +38,10 @@ from leadwire.fleet.synth import SynthConfig, generate
 from leadwire.fleet.synth_days import export_days, publish_run
 
 export, base = sys.argv[1], sys.argv[2]
+cli = [sys.executable, "-m", "leadwire.cli", "fleet", "--input", export, "--out", base + "/remote"]
+subprocess.run([*cli, "--no-report"], check=True, timeout=300)
 spark = SparkSession.builder.getOrCreate()
 assert is_connect(spark), type(spark)
-s = run_job(export, base + "/remote", spark, progress=True, report=False)
-print("rows", s["rows"], "mismatch_rows", s["mismatch_rows"])
 tables, _ = generate(SynthConfig(**json.loads(sys.argv[3])))
 days = export_days(tables)
 for k in range(len(days) + 1):
@@ -76,7 +77,12 @@ def test_the_job_under_spark_connect_equals_local_mode(
                 client.wait(10)
     assert rc == 0, (tmp_path / "client.err").read_text()[-3000:]
     local = read_job_tables(str(small_run.out), TABLE_ORDER)
-    assert "rows %d mismatch_rows 2" % small_run.summary["rows"] in (tmp_path / "client.out").read_text()
+    # `leadwire fleet`'s summary (format_summary): the same rows and mismatches as the local run
+    out = (tmp_path / "client.out").read_text()
+    ls = small_run.summary
+    assert "fleet: %(devices)d devices, %(rows)d arrivals (%(unique)d unique) in " % ls in out, out
+    assert "consistency: %(lead_mismatches)d lead and %(dup_flag_mismatches)d duplicate-flag" % ls in out
+    assert ls["lead_mismatches"] + ls["dup_flag_mismatches"] == 2
     got = read_job_tables(str(tmp_path / "remote"), TABLE_ORDER)
     assert compare_tables(got, local, TABLE_ORDER) == []
     # the incremental runs under Connect equal a local full run of the grown export: the grown
