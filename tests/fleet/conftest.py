@@ -50,14 +50,16 @@ def spark() -> Iterator[SparkSession]:
         yield ls.spark
         if ended:  # before local_session's stop: its own end of the JVM is not an early one
             warnings.warn(
-                "the session's Spark JVM exited before the run's end, rc %(rc)s, during %(during)s" % ended,
+                "the session's Spark JVM exited before the run's end, rc %(rc)s, during %(during)s; "
+                "its stdin %(stdin)s" % ended,
                 stacklevel=1,
             )
 
 
 def _watch_jvm() -> dict[str, object]:
     """Filled when the gateway JVM this process launched exits: its exit status (-9: killed, as by
-    the kernel's OOM killer; 0: its stdin closed) and the test running then."""
+    the kernel's OOM killer; 0: its stdin closed), the test running then, and what became of its
+    stdin pipe in this process."""
     from pyspark import SparkContext
 
     ended: dict[str, object] = {}
@@ -65,9 +67,24 @@ def _watch_jvm() -> dict[str, object]:
     if proc is None:
         return ended
 
+    fd = proc.stdin.fileno()
+    pipe = os.fstat(fd).st_ino
+
     def wait() -> None:
         rc = proc.wait()
-        ended.update(rc=rc, during=os.environ.get("PYTEST_CURRENT_TEST", "no test"))
+        # rc 0 is the JVM reading EOF on its stdin: by proc.stdin.close(), or by other code of this
+        # process closing the pipe's fd number (a descriptor closed twice, the second time after
+        # the number went to this pipe)
+        try:
+            now = "pipe %d" % os.fstat(fd).st_ino
+        except OSError:
+            now = "closed"
+        ended.update(
+            rc=rc,
+            during=os.environ.get("PYTEST_CURRENT_TEST", "no test"),
+            stdin="fd %d, pipe %d: file object %s, descriptor now %s"
+            % (fd, pipe, "closed" if proc.stdin.closed else "open", now),
+        )
 
     threading.Thread(target=wait, name="spark-jvm-watch", daemon=True).start()
     return ended
