@@ -137,6 +137,7 @@ class LocalSession:
     spark: SparkSession
     java_options: str  # what launch_conf gave spark.driver.extraJavaOptions ("": nothing)
     start_s: float  # build_session's time: the JVM's start
+    owned: bool = True  # False: getOrCreate() returned a session that was already running
 
 
 @contextlib.contextmanager
@@ -159,24 +160,36 @@ def local_session(
     with launch=False (the JVM's defaults). `starting` (a Progress stage) is entered around the
     start. On leaving, also by an exception: spark.stop(), then the archive's finish(log), which
     puts an archive this run's JVM wrote at exit in place only when the JVM exited cleanly
-    (jvm_archive)."""
+    (jvm_archive).
+
+    Only what this call started is ended. In a process that already has a session, the builder's
+    getOrCreate() hands that one back: it is left running, and its JVM (started with other options)
+    is never asked for an archive. In a process whose JVM outlived a stopped session, the new
+    session is stopped but the JVM, not launched here, is left alone too."""
+    from pyspark import SparkContext
+
+    had_jvm = SparkContext._gateway is not None
+    had_session = SparkContext._active_spark_context is not None
     with starting if starting is not None else contextlib.nullcontext():
-        archive = ClassArchive() if launch else None
-        conf = launch_conf(master, nbytes, archive) if launch else {}
+        archive = ClassArchive() if launch and not had_jvm else None
+        conf = launch_conf(master, nbytes, archive) if launch and not had_jvm else {}
         t = time.monotonic()
         spark = build_session(
             master, shuffle_partitions, driver_memory, app_name, adaptive, {**conf, **(extra or {})}
         )
         start_s = time.monotonic() - t
     try:
-        yield LocalSession(spark, conf.get("spark.driver.extraJavaOptions", ""), start_s)
+        yield LocalSession(
+            spark, conf.get("spark.driver.extraJavaOptions", ""), start_s, owned=not had_session
+        )
     finally:
-        try:
-            spark.stop()
-        except (ConnectionError, Py4JError) as e:
-            # the JVM already gone (killed, or its stdin closed): nothing left to stop, and raising
-            # here would hide what the body raised
-            log("spark: the session's JVM had already exited (%s)" % type(e).__name__)
+        if not had_session:
+            try:
+                spark.stop()
+            except (ConnectionError, Py4JError) as e:
+                # the JVM already gone (killed, or its stdin closed): nothing left to stop, and
+                # raising here would hide what the body raised
+                log("spark: the session's JVM had already exited (%s)" % type(e).__name__)
         if archive is not None:
             archive.finish(log)
 

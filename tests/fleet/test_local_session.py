@@ -62,9 +62,11 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(jvm_archive.ENV_SWITCH, raising=False)
     monkeypatch.setattr(jvm_archive, "digest", lambda: "k1")
-    # finish() clears pyspark's gateway: put back whatever another test's session has
-    monkeypatch.setattr(SparkContext, "_gateway", SparkContext._gateway)
-    monkeypatch.setattr(SparkContext, "_jvm", SparkContext._jvm)
+    # a process without a JVM or a session yet (as `leadwire fleet` starts); put back afterwards
+    # whatever another test's session has
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    monkeypatch.setattr(SparkContext, "_jvm", None)
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     return tmp_path / "leadwire" / "spark-cds"
 
 
@@ -110,9 +112,14 @@ def test_an_exception_stops_the_session_and_the_archive_only_after_a_clean_exit(
     cache: Path, monkeypatch: pytest.MonkeyPatch, rc: int
 ) -> None:
     events: list[str] = []
-    monkeypatch.setattr(session, "build_session", fake_build(events, []))
     pending = cache / ("spark-k1.jsa.%d.tmp" % os.getpid())
-    monkeypatch.setattr(SparkContext, "_gateway", FakeGateway(FakeJvm(pending, rc, events)))
+    build = fake_build(events, [])
+
+    def launch(*args: Any) -> FakeSpark:  # the build launches the gateway JVM
+        SparkContext._gateway = FakeGateway(FakeJvm(pending, rc, events))  # type: ignore[assignment]
+        return build(*args)
+
+    monkeypatch.setattr(session, "build_session", launch)
     with pytest.raises(job.BadInput, match="no arrival rows"):
         with job.local_session("local[2]", None, log=events.append) as s:
             assert s.java_options == "-XX:ArchiveClassesAtExit=%s %s" % (pending, QUIET)  # a first run
@@ -141,6 +148,38 @@ def test_a_session_whose_jvm_is_gone_stops_without_an_error(
         pass
     assert events == ["spark: the session's JVM had already exited (ConnectionRefusedError)"]
     assert not cache.exists() or sorted(p.name for p in cache.iterdir()) == []
+
+
+class AliveJvm:
+    """The JVM of a session already running in this process: never to be ended by a caller that
+    merely joined it."""
+
+    def __init__(self) -> None:
+        self.stdin = self
+
+    def close(self) -> None:
+        raise AssertionError("the JVM of a session local_session did not start was ended")
+
+    wait = kill = close
+
+
+def test_a_running_session_is_joined_and_left_running(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """getOrCreate() hands back the process's running session (a notebook's, a test run's): no JVM
+    options asked of it, not stopped, no archive from its JVM. A JVM that outlived a stopped
+    session: the new session is this call's to stop, the JVM is not."""
+    events: list[str] = []
+    given: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(session, "build_session", fake_build(events, given))
+    monkeypatch.setattr(SparkContext, "_gateway", FakeGateway(AliveJvm()))  # type: ignore[arg-type]
+    monkeypatch.setattr(SparkContext, "_active_spark_context", object())
+    with job.local_session("local[2]", 1000, log=events.append) as s:
+        assert (s.owned, s.java_options) == (False, "")
+    assert events == ["build"] and given[0][5] == {}
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    with job.local_session("local[2]", 1000, extra={"k": "v"}, log=events.append) as s:
+        assert (s.owned, s.java_options) == (True, "")
+    assert events == ["build", "build", "stop"] and given[1][5] == {"k": "v"}
+    assert not cache.exists()  # no archive asked for: the JVM was not launched with its options
 
 
 # run_job starts its own session on an export with a wrong schema (BadInput once the JVM is up);
