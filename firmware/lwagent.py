@@ -381,6 +381,10 @@ class Agent:
         if not udp:
             f = L[_DEC].frame  # the decoder's frame buffer and its state (framing.scan)
             st = L[_DEC].st
+            # a UART reads only what it holds (any()): readinto(rb) would wait for rb's rest, on
+            # rp2 until the inter-character timeout (at least 1 ms, counted in whole ticks: 1-2 ms
+            # after a POLL's last byte, the line idle meanwhile); a pty (unix) returns what it has
+            ready = getattr(obj, "any", None)
         wait = asyncio.core._io_queue.queue_read  # type: ignore[attr-defined]
         # a serial link without auth sending by DMA: the responder hands its frames to lwdma.send
         # itself (_send would only pass them on: ~3,000 cycles a frame on an RP2040)
@@ -395,7 +399,7 @@ class Agent:
                     if m:
                         self._rx(L, d, n, a, m)
                     continue
-                n = obj.readinto(rb) or 0
+                n = (obj.readinto(rb, ready()) if ready else obj.readinto(rb)) or 0
                 st[_STOP] = n  # (framing.scan's end of the bytes in rb)
                 p = 0
                 while p < n:

@@ -66,6 +66,12 @@ def goodput(
     # max_bytes: the frame less its 12-byte header, with room to spare: 1000 of 1024
     doc = bridge_doc(db, {"serial": board.port, "baud": baud}, frame - 24, round(4 * (2 * burst_s + 0.5), 2))
     doc["polling"]["pipeline"] = True  # the next POLL goes out before the burst ends: hides latency
+    # bursts of 32 frames (wire.MAX_INDEX + 1, the most a POLL asks): one carries the whole ring
+    # (512 x 67 B in ~17 frames of 2 KB), so frame 0's backlog fits the frames still due and the
+    # bridge sends the next POLL from the burst's end at once. A shorter burst (16) never holds an
+    # overloaded ring's backlog: the bridge waits for its last frame, and the line idles a host
+    # round trip every burst
+    doc["polling"]["frames"] = wire.MAX_INDEX + 1
     r = {"baud": baud, "frame": frame, "dma": dma, "offer": offer, "hz": hz, "wall_s": seconds, "line": line}
     r.update(bridge_run(board, doc, warmup, seconds))
     r["goodput"] = r["stored"] * GP_EVENT / r["board_s"]
