@@ -35,7 +35,9 @@ import { Pl011 } from %s;
 const spec = JSON.parse(process.argv[1]);
 const m = new RP2040();
 const sent = [[], []];
-const uarts = [0, 1].map((i) => new Pl011(m, i, (b) => sent[i].push([m.clock.nanos, b])));
+const trace = [];
+const uarts = [0, 1].map((i) => new Pl011(m, i, (b) => sent[i].push([m.clock.nanos, b]),
+  i === spec.uart ? (line) => trace.push(line) : null));
 m.peripherals[0x40034] = uarts[0];
 m.peripherals[0x40038] = uarts[1];
 const W = (a, v) => m.writeUint32(a, v);
@@ -55,11 +57,13 @@ W(ch + 0x08, spec.data.length); // TRANS_COUNT
 // CTRL_TRIG: EN, DATA_SIZE byte, INCR_READ, CHAIN_TO itself, TREQ_SEL: the go
 W(ch + 0x0c, 1 | (1 << 4) | (spec.channel << 11) | (spec.treq << 15));
 const t0 = m.clock.nanos;
+if (spec.host) uarts[spec.uart].hostInput(spec.host);
 const counts = [];
 let done = null;
 const step = 1000;
 for (let t = 0; t < spec.ns; t += step) {
   if (spec.enable_at !== undefined && t === spec.enable_at) W(base + 0x48, 3);
+  if (spec.disable_at !== undefined && t === spec.disable_at) W(base + 0x48, 1);
   m.clock.tick(step);
   if (done === null && R(0x50000400) & (1 << spec.channel)) done = m.clock.nanos - t0;
   if (t %% 100000 === 0) counts.push([m.clock.nanos - t0, R(ch + 0x08), uarts[spec.uart].tx.length]);
@@ -68,6 +72,7 @@ process.stdout.write(JSON.stringify({
   t0, done, counts, char_ns: uarts[spec.uart].charNanos,
   busy: (R(ch + 0x0c) >>> 24) & 1,
   sent: sent.map((s) => s.map(([t, b]) => [t - t0, b])),
+  trace: trace.map((l) => l.split(' ').map((v, i) => (i ? Number(v) - (i === 1 ? t0 : 0) : v))),
 }) + '\\n');
 """ % json.dumps(str(PICO_DIR / "uart.mjs"))
 
@@ -141,6 +146,27 @@ def test_no_transfer_without_txdmae_and_a_dreq_of_another_uart_moves_nothing() -
     assert r["sent"][0][0][0] == 1_000_000 + c  # the first character: one character time after TXDMAE
     r = drive(uart=0, baud=921600, channel=2, treq=22, txdmae=True, data=DATA[:40], ns=1_000_000)
     assert r["sent"] == [[], []] and r["busy"] == 1 and r["counts"][-1][1] == 40
+
+
+def test_the_line_trace_says_where_the_transmitter_idled() -> None:
+    """Pl011's `trace` (what $LEADWIRE_PICO_UART_TRACE writes for UART0): the channel's request
+    dropped at 100 us (TXDMAE cleared) after 41 bytes were in the FIFO, raised again at 1 ms: one
+    `idle` line at 1 ms for the stretch since the 41st character left; a `sent` line as each 0
+    byte finishes leaving; a `received` line as each 0 byte from the host enters the RX FIFO."""
+    host = [5, 0, 7, 7, 0]
+    pause = {"disable_at": 100_000, "enable_at": 1_000_000, "ns": 5_000_000}
+    r = drive(uart=0, baud=921600, channel=0, treq=20, txdmae=True, data=DATA, host=host, **pause)
+    c = r["char_ns"]
+    assert [b for _, b in r["sent"][0]] == DATA
+    left = [c * (i + 1) if i < 41 else 1_000_000 + c * (i - 40) for i in range(len(DATA))]
+    assert [t for t, _ in r["sent"][0]] == left
+    idle = [x for x in r["trace"] if x[0] == "idle"]
+    assert idle == [["idle", 1_000_000, 1_000_000 - 41 * c]]
+    zeros = [t for t, b in zip(left, DATA, strict=True) if b == 0]
+    assert len(zeros) >= 2
+    assert [x for x in r["trace"] if x[0] == "sent"] == [["sent", t] for t in zeros]
+    arrived = [c * (j + 1) for j, b in enumerate(host) if b == 0]
+    assert [x for x in r["trace"] if x[0] == "received"] == [["received", t] for t in arrived]
 
 
 # -- on the official RPI_PICO image -------------------------------------------------------------

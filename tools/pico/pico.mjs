@@ -68,6 +68,12 @@ function parseArgs(argv) {
 }
 
 const log = (msg) => process.stderr.write(`pico: ${msg}\n`);
+// $LEADWIRE_PICO_UART_TRACE: a file that receives UART0's line events (uart.mjs, Pl011's `trace`:
+// idle stretches of the transmitter, frame delimiters sent and received, on the board's clock),
+// one line each, appended across power cycles: where a serial link's line idles and why
+const uartTrace = process.env.LEADWIRE_PICO_UART_TRACE
+  ? ((fd) => (line) => fs.writeSync(fd, line + '\n'))(fs.openSync(process.env.LEADWIRE_PICO_UART_TRACE, 'a'))
+  : null;
 const emit = (obj) => process.stdout.write(JSON.stringify(obj) + '\n');
 
 // ------------------------------------------------------------------ firmware files
@@ -299,7 +305,8 @@ class Board {
     m.peripherals[0x40018] = ioqspi;
     m.peripherals[0x18000] = new Ssi(m, chip, ioqspi);
     m.peripherals[0x40060] = new Rosc(m);
-    const uarts = [0, 1].map((i) => new Pl011(m, i, i === 0 ? (b) => this.uartOut.push(b) : () => {}));
+    const uarts = [0, 1].map((i) => new Pl011(m, i, i === 0 ? (b) => this.uartOut.push(b) : () => {},
+      i === 0 ? uartTrace : null));
     m.uart = uarts;
     m.peripherals[0x40034] = uarts[0];
     m.peripherals[0x40038] = uarts[1];

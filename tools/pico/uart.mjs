@@ -29,9 +29,12 @@ const TXDMAE = 1 << 1;
  * trigger (an edge: cleared by ICR or by filling above it), RX level and receive-timeout interrupts,
  * and honest overruns: a character arriving with the RX FIFO full is lost (OE set); the TX DMA
  * request (above). The host's side is a byte queue fed by the launcher; `out` receives what the
- * board sends. */
+ * board sends. `trace` (optional) receives one line per line event, times in ns on the board's
+ * clock: `idle T NS` (a character went out at T after the line was idle NS: the transmitter
+ * had nothing to send), `sent T` (a 0 byte, a COBS frame's delimiter, finished leaving at T),
+ * `received T` (a 0 byte arrived in the RX FIFO at T). */
 export class Pl011 extends BasePeripheral {
-  constructor(mcu, index, out) {
+  constructor(mcu, index, out, trace = null) {
     super(mcu, `UART${index}`);
     this.irq = UART_IRQ[index];
     this.dreqTx = DREQ_TX[index];
@@ -44,6 +47,8 @@ export class Pl011 extends BasePeripheral {
     this.ris = 0; this.imsc = 0; this.ifls = 0x12; this.lcr = 0; this.cr = 0x300;
     this.ibrd = 0; this.fbrd = 0; this.dmacr = 0; this.ilpr = 0;
     this.overruns = 0;
+    this.trace = trace;
+    this.idleSince = -1; // when the line went idle (the TX FIFO empty), for `trace`
     this.txWrites = 0; // characters written to DR (by the CPU or a DMA channel): tests count them
     // (rp2040js leaves an alarm's `scheduled` set after it fires: each callback clears it first)
     const alarm = (f) => { const a = mcu.clock.createAlarm(() => { a.scheduled = false; f(); }); return a; };
@@ -90,6 +95,7 @@ export class Pl011 extends BasePeripheral {
     if (this.enabled(1 << 9)) { // a disabled receiver ignores the line
       if (this.rx.length < this.fifoDepth) {
         this.rx.push(b);
+        if (this.trace && b === 0) this.trace(`received ${this.rp2040.clock.nanos}`);
         if (this.rx.length === this.rxTrigger()) this.ris |= I_RX;
       } else {
         this.overruns++; // lost: the FIFO was full (the next read carries OE)
@@ -105,7 +111,12 @@ export class Pl011 extends BasePeripheral {
   txDone() {
     if (!this.tx.length) return;
     const before = this.tx.length;
-    this.out(this.tx.shift());
+    const b = this.tx.shift();
+    this.out(b);
+    if (this.trace) {
+      if (b === 0) this.trace(`sent ${this.rp2040.clock.nanos}`);
+      if (!this.tx.length) this.idleSince = this.rp2040.clock.nanos;
+    }
     const trig = this.txTrigger();
     if (before > trig && this.tx.length <= trig) this.ris |= I_TX;
     this.update();
@@ -143,6 +154,11 @@ export class Pl011 extends BasePeripheral {
     switch (offset) {
       case 0x00: // DR: a byte write (the DMA's 8-bit transfers) arrives replicated on every lane
         if (this.enabled(1 << 8) && this.tx.length < this.fifoDepth) {
+          if (this.trace && !this.tx.length && this.idleSince >= 0) {
+            const now = this.rp2040.clock.nanos;
+            this.trace(`idle ${now} ${now - this.idleSince}`);
+            this.idleSince = -1;
+          }
           this.tx.push(value & 0xff);
           this.txWrites++;
           if (this.tx.length > this.txTrigger()) this.ris &= ~I_TX;
