@@ -26,12 +26,14 @@
 #
 # Pipelined polls (opt-in: pipeline = True): frame 0 of a burst says how many events the device
 # still held after it (backlog). When the frames still due can carry them all, the burst will end
-# at offset e = n + backlog, and the next POLL can ask from e at once, before the rest of the burst
-# is in: the device never waits a whole round trip with its ring filling. The client still only
-# takes EVENTS that go on from its own n (tags: the current request's or the pipelined burst's),
-# so a prediction that fails (a frame lost, reordered, a burst cut short) costs one more round
-# trip, never an event: an answer to POLL(e) that does not fit n is stale, and `repoll` tells the
-# caller to poll from n at once. Counting (received + counted lost = spanned) is unchanged.
+# at offset e = n + backlog; when they cannot, max_frames cuts it and it ends at
+# e = n + (frames still due) x (records of frame 0), the records being the same size. Either way
+# the next POLL can ask from e at once, before the rest of the burst is in: the device never waits
+# a whole round trip with its ring filling. The client still only takes EVENTS that go on from its
+# own n (tags: the current request's or the pipelined burst's), so a prediction that fails (a frame
+# lost, reordered, a later frame carrying fewer or more records, a burst ended short) costs one more
+# round trip, never an event: an answer to POLL(e) that does not fit n is stale, and `repoll` tells
+# the caller to poll from n at once. Counting (received + counted lost = spanned) is unchanged.
 #
 # Chase guard: with a full ring and events still coming, the oldest event n0 is pushed out during
 # the round trip that asks for it, and polling from n0 - 1 can fail forever. When an overrun
@@ -289,10 +291,14 @@ class PollClient:
             elif frame.index >= self.max_frames - 1 or not self.backlog:
                 self.burst_done = True
             elif self.pipeline and frame.index == self.burst_from and not self.hello_due:
-                # the frames still due carry the backlog (same-size records): the burst ends at
-                # n + backlog; the caller may send the next POLL, from there, now
-                if self.backlog <= (self.max_frames - 1 - frame.index) * len(result[1]):
-                    self.ahead = add(self.n, self.backlog)
+                # the burst ends at n + backlog when the frames still due carry it, else where
+                # max_frames cuts it: n + frames due x this frame's records (same-size records).
+                # Told only from this frame's records alone (leadwire.hold may take held frames of
+                # another burst with it: n and the backlog are theirs). The caller may send the
+                # next POLL, from there, now
+                k = len(result[1])
+                if frame.payload[0] == k:  # (the batch's count byte: messages.py)
+                    self.ahead = add(self.n, min(self.backlog, (self.max_frames - 1 - frame.index) * k))
                     self.burst_done = True
             return result
         if t in (wire.NO_EVENT, wire.RECOVERY, wire.HELLO):

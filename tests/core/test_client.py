@@ -452,6 +452,148 @@ def test_a_frame_lost_before_a_pipelined_poll_costs_a_round_trip_not_an_event() 
     assert cl.received == 33 and cl.lost == 0 and cl.n == 132
 
 
+def run_link(
+    cl: c.PollClient,
+    dev: Device,
+    me: int,
+    mb: int,
+    mf: int,
+    lose: tuple[int, ...] = (),
+    emit: dict[int, int] | None = None,
+) -> list[int]:
+    """An in-order link to dev until the ring is drained: each request is answered at once, its
+    frames queued behind those still in flight (a device answers a POLL after the burst it is
+    sending); the next request goes when the client says (burst_done: a frame of the current
+    request, a repoll or a predicted end). lose: the frames lost, numbered in arrival order from 0;
+    emit: events the device generates before it answers request k (0: the first). Returns the
+    offsets stored, each once."""
+    stored: list[int] = []
+    sent = 0
+    inflight = dev.burst(cl.next_request(me, mb, mf))
+    for i in range(1000):
+        if not inflight:
+            break
+        f = inflight.pop(0)
+        if i in lose:
+            continue
+        kind, data = cl.on_frame(f)
+        if kind == c.EVENTS:
+            stored += [o for o, _, _ in data]
+        if kind == c.NOTHING and not inflight:
+            break
+        # (a frame of the current request that ends its burst, stale or not, brings the next: the
+        # bridge polls again from n at once)
+        if cl.burst_done and (f.message_id == cl.tag or cl.repoll or cl.ahead is not None):
+            sent += 1
+            dev.emit((emit or {}).get(sent, 0))
+            inflight += dev.burst(cl.next_request(me, mb, mf))
+    else:
+        raise AssertionError("not drained")
+    assert len(stored) == len(set(stored))  # nothing stored twice
+    return stored
+
+
+def emit_sized(dev: Device, *runs: tuple[int, int]) -> None:
+    """(count, payload size) runs of events."""
+    for k, size in runs:
+        for _ in range(k):
+            dev.generated.append(dev.ring.append(b"x" * size))
+
+
+def test_a_burst_cut_by_max_frames_is_pipelined_from_its_cut_end() -> None:
+    dev = Device(capacity=64, start=0xFFFFFFF0)
+    cl = pipelined_client(dev)
+    first = cl.n
+    dev.emit(40)
+    frames = dev.burst(cl.next_request(max_events=4, max_frames=4))
+    assert len(frames) == 4  # 16 of the 40: max_frames cuts the burst
+    assert cl.on_frame(frames[0])[0] == c.EVENTS and cl.backlog == 36
+    # 36 held, more than the 3 frames still due carry: the burst ends at n + 3 x 4, and the next
+    # POLL goes from there after the first frame
+    assert cl.burst_done and cl.ahead == (first + 16) & 0xFFFFFFFF
+    req = cl.next_request(max_events=4, max_frames=4)
+    assert messages.decode_poll(req)[0] == (first + 16) & 0xFFFFFFFF and cl.n == (first + 4) & 0xFFFFFFFF
+    got = []
+    for f in frames[1:] + dev.burst(req):  # the rest of the burst (the previous tag), then the answer
+        kind, evs = cl.on_frame(f)
+        assert kind == c.EVENTS
+        got += [o for o, _, _ in evs]
+    assert got == [(first + 5 + i) & 0xFFFFFFFF for i in range(28)]
+    assert cl.received == 33 and cl.lost == 0 and cl.pipelined == 1 and cl.mispredicted == 0
+    assert cl.ahead == (first + 32) & 0xFFFFFFFF  # the answer's first frame predicted its cut end too
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_a_cut_burst_whose_later_frames_carry_fewer_records_is_polled_again_from_n(hold: bool) -> None:
+    dev = Device(capacity=64, start=100)
+    cl = HoldingPollClient() if hold else c.PollClient()
+    cl.pipeline = True
+    dev.emit(1)
+    for _ in range(3):
+        exchange(cl, dev)  # HELLO, first contact, the event 100
+    # 4 records of 2 B fill frame 0 (3 + 4 x 5 = 23 B), then 8-B records go 1 a frame: the burst
+    # ends at 107, not at the predicted 100 + 4 + 3 x 4 = 116
+    emit_sized(dev, (4, 2), (20, 8))
+    stored = run_link(cl, dev, 4, 23, 4)
+    assert stored == list(range(101, 125)) and cl.received == 25 and cl.lost == 0
+    assert cl.pipelined >= 1 and cl.mispredicted == 1
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_a_cut_burst_whose_later_frames_carry_more_records_stores_nothing_twice(hold: bool) -> None:
+    dev = Device(capacity=64, start=100)
+    cl = HoldingPollClient() if hold else c.PollClient()
+    cl.pipeline = True
+    dev.emit(1)
+    for _ in range(3):
+        exchange(cl, dev)
+    # 2 records of 8 B fill frame 0 (3 + 2 x 11 = 25 B), then 2-B records go 4 a frame: the burst
+    # ends at 114, past the predicted 100 + 2 + 3 x 2 = 108; the answer from 109 overlaps it
+    emit_sized(dev, (2, 8), (30, 2))
+    stored = run_link(cl, dev, 4, 25, 4)
+    assert stored == list(range(101, 133)) and cl.received == 33 and cl.lost == 0
+    assert cl.mispredicted == 1
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_a_frame_lost_from_a_cut_burst_costs_a_round_trip_not_an_event(hold: bool) -> None:
+    dev = Device(capacity=64, start=100)
+    cl = HoldingPollClient() if hold else c.PollClient()
+    cl.pipeline = True
+    dev.emit(1)
+    for _ in range(3):
+        exchange(cl, dev)
+    dev.emit(40)  # 101..140
+    stored = run_link(cl, dev, 4, 255, 4, lose=(2,))  # the third frame (109..112)
+    assert stored == list(range(101, 141)) and cl.received == 41 and cl.lost == 0
+    assert cl.mispredicted == 1
+
+
+@pytest.mark.parametrize(("hold", "lose", "lost", "kept", "losses"), [
+    (False, (), 2, (), 1),
+    (True, (), 2, (), 1),
+    (False, (2,), 10, (), 1),
+    (True, (2,), 6, (113, 114, 115, 116), 2),  # a Loss for each gap: 109..112, 117..118
+])  # fmt: skip
+def test_an_overrun_before_the_pipelined_poll_of_a_cut_burst_lands_is_counted_exactly(
+    hold: bool, lose: tuple[int, ...], lost: int, kept: tuple[int, ...], losses: int
+) -> None:
+    dev = Device(capacity=32, start=100)
+    cl = HoldingPollClient() if hold else c.PollClient()
+    cl.pipeline = True
+    dev.emit(1)
+    for _ in range(3):
+        exchange(cl, dev)
+    dev.emit(30)  # 101..130: frame 0 (101..104) predicts the cut end 116
+    # 20 more before the POLL from 116 lands: the ring holds 119..150, and answers RECOVERY. Lost:
+    # 117, 118; with the frame of 109..112 lost too, 109..118 (113..116 kept by a holding client)
+    stored = run_link(cl, dev, 4, 255, 4, lose=lose, emit={1: 20})
+    gone = set(range(101, 151)) - set(stored)
+    assert stored == sorted(stored) and set(kept) <= set(stored)
+    assert cl.lost == lost == len(gone) and cl.received == 1 + len(stored)
+    assert cl.recoveries == 1 + losses and cl.loss.cause == c.OVERRUN and cl.loss.n1 == 150
+
+
 class Ledger:
     """The one accounting check (leadwire.bridge.accounting.check_boot) on the core client after every
     frame, boot by boot: each device boot's offsets against what the client took while it knew that
