@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/pico_bench.py            # ~6-10 min on a loaded 2-core machine
     .venv/bin/python bench/pico_bench.py --quick    # shorter windows
+    .venv/bin/python bench/pico_bench.py --frames 16   # the goodput runs' bridge asks 16-frame bursts
 
 The board is the official MicroPython v1.26.1 RPI_PICO firmware on rp2040js (tools/pico,
 `leadwire board --kind pico`), flashed with `leadwire flash --board rp2` as a real Pico. rp2040js
@@ -23,7 +24,7 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
    answers at 921,600 baud (uart_write_per_event_921600: the driver's share of the whole agent's
    cycles with "dma": false, beside the DMA run's, which is the rest of the agent).
 2. Serial goodput of the real bridge (host/bridge, in this process, unchanged, pipelined burst
-   POLLs) polling UART0 at 115,200 and 921,600 baud: event payload bytes (64-byte events, as
+   POLLs of 32 frames, or --frames) polling UART0 at 115,200 and 921,600 baud: event payload bytes (64-byte events, as
    bench/goodput_bench.py) stored per second of the board's clock against the line rate (baud / 10);
    the sensor offers 1.2x what the line carries (a backlog the ring holds), and 2x (overload); at
    921,600 baud twice, the frames sent by UART.write ("serial": {"dma": false}) and by DMA (lwdma,
@@ -448,7 +449,14 @@ def summary(
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object with the keys of docs/design/pico-agent-cost.md."
 )
-def main(quick: bool, as_json: bool) -> None:
+@click.option(
+    "--frames",
+    type=click.IntRange(1, wire.MAX_INDEX + 1),
+    default=wire.MAX_INDEX + 1,
+    show_default=True,
+    help="Frames a burst POLL of the goodput runs' bridge asks for (polling.frames).",
+)
+def main(quick: bool, as_json: bool, frames: int) -> None:
     why = pico_missing()
     if why:  # nothing to measure here (make bench goes on): say what to get
         print("pico_bench: skipped: " + why)
@@ -465,7 +473,7 @@ def main(quick: bool, as_json: bool) -> None:
             # row is sustained overload (2x): the ring overruns and the client recovers.
             # dma: the serial link's "dma" (rp2's default: on, lwdma), beside UART.write (off)
             gp = [
-                goodput(board, Path(tmp), baud, 4.0, secs, offer, FRAME, dma)
+                goodput(board, Path(tmp), baud, 4.0, secs, offer, FRAME, dma, frames)
                 for baud, offer, dma in (
                     (115200, 1.2, False),
                     (921600, 1.2, False),

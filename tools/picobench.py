@@ -52,10 +52,12 @@ def goodput(
     offer: float = 2.0,
     frame: int = 1024,
     dma: bool | None = None,
+    frames: int = wire.MAX_INDEX + 1,
 ) -> dict[str, Any]:
     """pico_bench's section 2: the bridge polling UART0 at `baud`; figures on the board's clock. The sensor
     offers `offer` times what the line carries (at most what the sensor task can do). `dma`: the
-    serial link's "dma" setting (None: the board's default; rp2: on)."""
+    serial link's "dma" setting (None: the board's default; rp2: on). `frames`: the bridge's
+    polling.frames, the frames a burst POLL asks for (1..32)."""
     line = baud / 10
     hz = min(int(offer * line / (GP_EVENT + 3)), 3000)
     serial = {"frame": frame, "baud": baud, **({} if dma is None else {"dma": dma})}
@@ -66,18 +68,22 @@ def goodput(
     # max_bytes: the frame less its 12-byte header, with room to spare: 1000 of 1024
     doc = bridge_doc(db, {"serial": board.port, "baud": baud}, frame - 24, round(4 * (2 * burst_s + 0.5), 2))
     doc["polling"]["pipeline"] = True  # the next POLL goes out before the burst ends: hides latency
-    # bursts of 32 frames (wire.MAX_INDEX + 1, the most a POLL asks): one carries the whole ring
-    # (512 x 67 B in ~17 frames of 2 KB), so frame 0's backlog fits the frames still due and the
-    # bridge sends the next POLL from the burst's end at once. A shorter burst (16) never holds an
-    # overloaded ring's backlog: the bridge waits for its last frame, and the line idles a host
-    # round trip every burst
-    doc["polling"]["frames"] = wire.MAX_INDEX + 1
+    # bursts of 32 frames by default (wire.MAX_INDEX + 1, the most a POLL asks): one carries the
+    # whole ring (512 x 67 B in ~17 frames of 2 KB), so frame 0's backlog fits the frames still due.
+    # A shorter burst (16) cannot hold an overloaded ring's backlog: max_frames cuts it, and the
+    # bridge predicts its end from frame 0's record count (leadwire.client). Either way the next
+    # POLL goes out after frame 0 and the line does not idle a host round trip every burst
+    doc["polling"]["frames"] = frames
     r = {"baud": baud, "frame": frame, "dma": dma, "offer": offer, "hz": hz, "wall_s": seconds, "line": line}
+    r["frames"] = frames
     r.update(bridge_run(board, doc, warmup, seconds))
     r["goodput"] = r["stored"] * GP_EVENT / r["board_s"]
     r["ratio"] = r["goodput"] / line
     dm = "" if dma is None else " dma %s" % dma
-    log("pico_bench: %d baud%s: %s" % (baud, dm, json.dumps({k: r[k] for k in ("stored", "ratio", "busy")})))
+    keys = ("stored", "ratio", "busy")
+    log(
+        "pico_bench: %d baud%s, %d-frame bursts: %s" % (baud, dm, frames, json.dumps({k: r[k] for k in keys}))
+    )
     return r
 
 
