@@ -24,9 +24,10 @@ Pico runs code from flash through a 16 KB cache: somewhat slower), and nothing b
    answers at 921,600 baud (uart_write_per_event_921600: the driver's share of the whole agent's
    cycles with "dma": false, beside the DMA run's, which is the rest of the agent).
 2. Serial goodput of the real bridge (host/bridge, in this process, unchanged, pipelined burst
-   POLLs of 32 frames, or --frames) polling UART0 at 115,200 and 921,600 baud: event payload bytes (64-byte events, as
-   bench/goodput_bench.py) stored per second of the board's clock against the line rate (baud / 10);
-   the sensor offers 1.2x what the line carries (a backlog the ring holds), and 2x (overload); at
+   POLLs of 32 frames, or --frames) polling UART0 at 115,200 and 921,600 baud: event payload
+   bytes (64-byte events, as bench/goodput_bench.py) stored per second of the board's clock
+   against the line rate (baud / 10); the sensor offers 1.2x what the line carries (a backlog the
+   ring holds), and 2x (overload); at
    921,600 baud twice, the frames sent by UART.write ("serial": {"dma": false}) and by DMA (lwdma,
    rp2's default: the _dma keys). Beside it the
    board's CPU cycles per stored event (all of the agent: asyncio
