@@ -460,16 +460,24 @@ def run_link(
     mf: int,
     lose: tuple[int, ...] = (),
     emit: dict[int, int] | None = None,
+    polls: list[tuple[int, int]] | None = None,
 ) -> list[int]:
     """An in-order link to dev until the ring is drained: each request is answered at once, its
     frames queued behind those still in flight (a device answers a POLL after the burst it is
     sending); the next request goes when the client says (burst_done: a frame of the current
     request, a repoll or a predicted end). lose: the frames lost, numbered in arrival order from 0;
-    emit: events the device generates before it answers request k (0: the first). Returns the
-    offsets stored, each once."""
+    emit: events the device generates before it answers request k (0: the first); polls: gets
+    (n, frames in before it) of each POLL sent. Returns the offsets stored, each once."""
     stored: list[int] = []
     sent = 0
-    inflight = dev.burst(cl.next_request(me, mb, mf))
+
+    def send(arrived: int) -> list[codec.Frame]:
+        req = cl.next_request(me, mb, mf)
+        if polls is not None:
+            polls.append((messages.decode_poll(req)[0], arrived))
+        return dev.burst(req)
+
+    inflight = send(0)
     for i in range(1000):
         if not inflight:
             break
@@ -486,7 +494,7 @@ def run_link(
         if cl.burst_done and (f.message_id == cl.tag or cl.repoll or cl.ahead is not None):
             sent += 1
             dev.emit((emit or {}).get(sent, 0))
-            inflight += dev.burst(cl.next_request(me, mb, mf))
+            inflight += send(i + 1)
     else:
         raise AssertionError("not drained")
     assert len(stored) == len(set(stored))  # nothing stored twice
@@ -587,7 +595,9 @@ def test_an_overrun_before_the_pipelined_poll_of_a_cut_burst_lands_is_counted_ex
     dev.emit(30)  # 101..130: frame 0 (101..104) predicts the cut end 116
     # 20 more before the POLL from 116 lands: the ring holds 119..150, and answers RECOVERY. Lost:
     # 117, 118; with the frame of 109..112 lost too, 109..118 (113..116 kept by a holding client)
-    stored = run_link(cl, dev, 4, 255, 4, lose=lose, emit={1: 20})
+    polls: list[tuple[int, int]] = []
+    stored = run_link(cl, dev, 4, 255, 4, lose=lose, emit={1: 20}, polls=polls)
+    assert polls[:2] == [(100, 0), (116, 1)]  # the POLL from the cut end went after frame 0
     gone = set(range(101, 151)) - set(stored)
     assert stored == sorted(stored) and set(kept) <= set(stored)
     assert cl.lost == lost == len(gone) and cl.received == 1 + len(stored)
