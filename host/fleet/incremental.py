@@ -51,6 +51,7 @@ from leadwire.fleet.stages import (
     STATE_FILE,
     Run,
     Stage,
+    concurrent,
     publish_remote,
     read_state,
     stage_load,
@@ -268,9 +269,7 @@ def stage_record_state(run: Run) -> None:
 INCREMENTAL_STAGES: list[Stage] = [
     stage_new_files,
     stage_carried_tables,
-    stage_write_dated,
-    stage_small_tables,
-    stage_rollout,
+    concurrent(stage_write_dated, stage_small_tables, stage_rollout),
     stage_load,
     stage_flags,
     stage_report,

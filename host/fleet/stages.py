@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,8 +127,9 @@ def stage_write_executor_tables(run: Run) -> None:
 
 def stage_small_tables(run: Run) -> None:
     with run.prog.stage("small tables (one job)"):
-        run.collected = collect_small({n: run.tables[n] for n in SMALL_TABLES})
-        for n, t in run.collected.items():
+        small = collect_small({n: run.tables[n] for n in SMALL_TABLES})
+        run.collected.update(small)
+        for n, t in small.items():
             run.prog.log("  %s: %d rows" % (n, t.num_rows))
 
 
@@ -213,12 +215,28 @@ def publish_remote(run: Run) -> None:
         run.prog.log("  report (on this machine): %s" % os.path.join(run.local_dir, "index.html"))
 
 
+def concurrent(*stages: Stage) -> Stage:
+    """One stage that runs `stages` at once, each in a thread of its own, and ends when all have;
+    the first one's exception (in the order given) is raised. For stages that only read what
+    earlier stages produced and each write their own keys of the run: the output stages after
+    the per-arrival stage are Spark jobs over a few thousand rows or writers, mostly planning and
+    code generation on the driver, one core each; at once they overlap (Spark runs jobs from
+    several threads; docs/design/fleet-job.md, "The output stages at once")."""
+
+    def stage(run: Run) -> None:
+        with ThreadPoolExecutor(len(stages), thread_name_prefix="fleet-stage") as pool:
+            futures = [pool.submit(s, run) for s in stages]
+        for f in futures:
+            f.result()
+
+    stage.__name__ = "concurrent(%s)" % ", ".join(s.__name__ for s in stages)
+    return stage
+
+
 STAGES: list[Stage] = [
     stage_extract,
     stage_tables,
-    stage_write_executor_tables,
-    stage_small_tables,
-    stage_rollout,
+    concurrent(stage_write_executor_tables, stage_small_tables, stage_rollout),
     stage_load,
     stage_flags,
     stage_report,
