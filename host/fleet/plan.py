@@ -4,6 +4,7 @@ the one collect of the small tables (collect_small)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,16 +70,23 @@ def build_tables(
     the counts of each latency value per firmware, transport and rollout window (which the
     rollout tables' percentiles read too), computed with the stage (part `fpct`). Whether any lead
     domain can be longer than a bucket (then both lead-domain passes run in bounded pieces) comes
-    from profile_input (one small job).
+    from profile_input (one small job, run while this thread builds the parts that do not
+    depend on its answer: shape_free_parts).
     """
     keep = keep or (lambda df: df)
     cut = cut or (lambda df: df)
     log = log or (lambda msg: None)
     dates = dates or DateRange()
     since, until = dates.since_us(), dates.until_us()
-    span, total = profile_input(inputs.arrivals)
+    # the profile job runs while this thread builds the parts that do not depend on its answer
+    # (each DataFrame built is analysed by the driver's JVM: a few seconds on a new JVM)
+    with ThreadPoolExecutor(1, thread_name_prefix="fleet-profile") as pool:
+        profiled = pool.submit(profile_input, inputs.arrivals)
+        arr = T.transform_arrivals(inputs.arrivals, window_seconds)
+        counted = arr.where(T.in_range(F.col("rx_us"), since, until))
+        shared = shape_free_parts(inputs, counted, window_seconds, since, until)
+        span, total = profiled.result()
     shape = lead_shape(inputs.arrivals, span, total, log)
-    arr = T.transform_arrivals(inputs.arrivals, window_seconds)
     if shape == WHOLE:  # no device has more arrivals than a bucket holds: fewer steps
         dev = first_pass(arr, shape)
         rows = T.transform_order(T.transform_leads(dev, None), None)
@@ -86,7 +94,6 @@ def build_tables(
         dev = keep(first_pass(arr, shape))
         rows = T.transform_order(T.transform_lead_carry(dev, broadcast=shape == HOT), T.BUCKET_BITS)
     rows = rows.where(T.in_range(F.col("rx_us"), since, until))
-    counted = arr.where(T.in_range(F.col("rx_us"), since, until))
     # per-device percentiles on rows partitioned by device: the shuffle of three columns, or in
     # the bucketed shapes the persisted first pass (by device and bucket: partial aggregates, so
     # that a hot device's values are not one task's)
@@ -95,19 +102,10 @@ def build_tables(
         if shape == WHOLE
         else dev.where(T.in_range(F.col("rx_us"), since, until))
     )
-    started = F.unix_micros("started_ts")
-    counts = T.transform_latency_counts(counted, R.rollout_window(window_seconds))
     parts = {
         "cw": T.transform_channel_windows(rows, with_mismatches=True),
         "lat_dev": T.transform_device_latency(T.transform_latency_values(by_device_counted)),
-        # recoveries and restarts (small inputs) in the same job: one job, not three
-        "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
-        "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
-        # the latency percentiles from one count of the values (its exchange shared: the same
-        # plan), computed in the stage's tasks: the fleet-level ones and the rollout tables'
-        "fpct": T.transform_fleet_percentiles(counts),
-        # what the rollout tables read from the arrivals: computed with the stage
-        **R.rollout_inputs(counted, R.rollout_window(window_seconds), counts),
+        **shared,
     }
     stage = cut(T.transform_stack(parts))
     cw = T.transform_unstack(stage, "cw", T.CHANNEL_WINDOW_COLS)
@@ -124,6 +122,26 @@ def build_tables(
             T.transform_unstack(stage, "cw", [*T.CHANNEL_WINDOW_COLS, "mismatch_rows"])
         ),
         **rollup_tables(cw, rec, rst, Latency(lat_dev, pct), worst_n, cut),
+    }
+
+
+def shape_free_parts(
+    inputs: Inputs, counted: DataFrame, window_seconds: int, since: int | None, until: int | None
+) -> dict[str, DataFrame]:
+    """The parts of build_tables' stage that do not depend on the lead domains' shape: recoveries,
+    restarts, the latency value counts' percentiles and the rollout inputs. `counted`: the
+    arrivals (transform_arrivals) in the range counted."""
+    started = F.unix_micros("started_ts")
+    counts = T.transform_latency_counts(counted, R.rollout_window(window_seconds))
+    return {
+        # recoveries and restarts (small inputs) in the same job: one job, not three
+        "rec": T.transform_recoveries(inputs.losses.where(T.in_range(started, since, until)), window_seconds),
+        "rst": T.transform_restarts(inputs.boots, window_seconds, since, until),
+        # the latency percentiles from one count of the values (its exchange shared: the same
+        # plan), computed in the stage's tasks: the fleet-level ones and the rollout tables'
+        "fpct": T.transform_fleet_percentiles(counts),
+        # what the rollout tables read from the arrivals: computed with the stage
+        **R.rollout_inputs(counted, R.rollout_window(window_seconds), counts),
     }
 
 
