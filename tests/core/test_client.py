@@ -385,10 +385,11 @@ def test_every_event_is_received_once_or_counted_lost(seed: int, capacity: int, 
         assert_exact(dev, cl, ledger.got.get(dev.epoch, []), first)
 
 
-def pipelined_client(dev: Device) -> c.PollClient:
-    """A pipelining client past the handshake and first contact of dev (one event emitted)."""
+def pipelined_client(dev: Device, hold: bool = False) -> c.PollClient:
+    """A pipelining client (a holding one with hold) past the handshake and first contact of dev
+    (one event emitted)."""
     dev.emit(1)
-    cl = c.PollClient()
+    cl = HoldingPollClient() if hold else c.PollClient()
     cl.pipeline = True
     for _ in range(3):
         exchange(cl, dev)
@@ -534,11 +535,7 @@ def test_a_burst_cut_by_max_frames_is_pipelined_from_its_cut_end() -> None:
 @pytest.mark.parametrize("hold", [False, True])
 def test_a_cut_burst_whose_later_frames_carry_fewer_records_is_polled_again_from_n(hold: bool) -> None:
     dev = Device(capacity=64, start=100)
-    cl = HoldingPollClient() if hold else c.PollClient()
-    cl.pipeline = True
-    dev.emit(1)
-    for _ in range(3):
-        exchange(cl, dev)  # HELLO, first contact, the event 100
+    cl = pipelined_client(dev, hold)
     # 4 records of 2 B fill frame 0 (3 + 4 x 5 = 23 B), then 8-B records go 1 a frame: the burst
     # ends at 107, not at the predicted 100 + 4 + 3 x 4 = 116
     emit_sized(dev, (4, 2), (20, 8))
@@ -550,11 +547,7 @@ def test_a_cut_burst_whose_later_frames_carry_fewer_records_is_polled_again_from
 @pytest.mark.parametrize("hold", [False, True])
 def test_a_cut_burst_whose_later_frames_carry_more_records_stores_nothing_twice(hold: bool) -> None:
     dev = Device(capacity=64, start=100)
-    cl = HoldingPollClient() if hold else c.PollClient()
-    cl.pipeline = True
-    dev.emit(1)
-    for _ in range(3):
-        exchange(cl, dev)
+    cl = pipelined_client(dev, hold)
     # 2 records of 8 B fill frame 0 (3 + 2 x 11 = 25 B), then 2-B records go 4 a frame: the burst
     # ends at 114, past the predicted 100 + 2 + 3 x 2 = 108; the answer from 109 overlaps it
     emit_sized(dev, (2, 8), (30, 2))
@@ -566,11 +559,7 @@ def test_a_cut_burst_whose_later_frames_carry_more_records_stores_nothing_twice(
 @pytest.mark.parametrize("hold", [False, True])
 def test_a_frame_lost_from_a_cut_burst_costs_a_round_trip_not_an_event(hold: bool) -> None:
     dev = Device(capacity=64, start=100)
-    cl = HoldingPollClient() if hold else c.PollClient()
-    cl.pipeline = True
-    dev.emit(1)
-    for _ in range(3):
-        exchange(cl, dev)
+    cl = pipelined_client(dev, hold)
     dev.emit(40)  # 101..140
     stored = run_link(cl, dev, 4, 255, 4, lose=(2,))  # the third frame (109..112)
     assert stored == list(range(101, 141)) and cl.received == 41 and cl.lost == 0
@@ -587,11 +576,7 @@ def test_an_overrun_before_the_pipelined_poll_of_a_cut_burst_lands_is_counted_ex
     hold: bool, lose: tuple[int, ...], lost: int, kept: tuple[int, ...], losses: int
 ) -> None:
     dev = Device(capacity=32, start=100)
-    cl = HoldingPollClient() if hold else c.PollClient()
-    cl.pipeline = True
-    dev.emit(1)
-    for _ in range(3):
-        exchange(cl, dev)
+    cl = pipelined_client(dev, hold)
     dev.emit(30)  # 101..130: frame 0 (101..104) predicts the cut end 116
     # 20 more before the POLL from 116 lands: the ring holds 119..150, and answers RECOVERY. Lost:
     # 117, 118; with the frame of 109..112 lost too, 109..118 (113..116 kept by a holding client)
