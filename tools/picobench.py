@@ -74,8 +74,8 @@ def goodput(
     # bridge predicts its end from frame 0's record count (leadwire.client). Either way the next
     # POLL goes out after frame 0 and the line does not idle a host round trip every burst
     doc["polling"]["frames"] = frames
-    r = {"baud": baud, "frame": frame, "dma": dma, "offer": offer, "hz": hz, "wall_s": seconds, "line": line}
-    r["frames"] = frames
+    r = {"baud": baud, "frame": frame, "frames": frames, "dma": dma, "offer": offer, "hz": hz}
+    r.update(wall_s=seconds, line=line)
     r.update(bridge_run(board, doc, warmup, seconds))
     r["goodput"] = r["stored"] * GP_EVENT / r["board_s"]
     r["ratio"] = r["goodput"] / line

@@ -533,27 +533,23 @@ def test_a_burst_cut_by_max_frames_is_pipelined_from_its_cut_end() -> None:
 
 
 @pytest.mark.parametrize("hold", [False, True])
-def test_a_cut_burst_whose_later_frames_carry_fewer_records_is_polled_again_from_n(hold: bool) -> None:
-    dev = Device(capacity=64, start=100)
-    cl = pipelined_client(dev, hold)
+@pytest.mark.parametrize(("runs", "max_bytes", "last"), [
     # 4 records of 2 B fill frame 0 (3 + 4 x 5 = 23 B), then 8-B records go 1 a frame: the burst
     # ends at 107, not at the predicted 100 + 4 + 3 x 4 = 116
-    emit_sized(dev, (4, 2), (20, 8))
-    stored = run_link(cl, dev, 4, 23, 4)
-    assert stored == list(range(101, 125)) and cl.received == 25 and cl.lost == 0
-    assert cl.pipelined >= 1 and cl.mispredicted == 1
-
-
-@pytest.mark.parametrize("hold", [False, True])
-def test_a_cut_burst_whose_later_frames_carry_more_records_stores_nothing_twice(hold: bool) -> None:
-    dev = Device(capacity=64, start=100)
-    cl = pipelined_client(dev, hold)
+    (((4, 2), (20, 8)), 23, 124),
     # 2 records of 8 B fill frame 0 (3 + 2 x 11 = 25 B), then 2-B records go 4 a frame: the burst
     # ends at 114, past the predicted 100 + 2 + 3 x 2 = 108; the answer from 109 overlaps it
-    emit_sized(dev, (2, 8), (30, 2))
-    stored = run_link(cl, dev, 4, 25, 4)
-    assert stored == list(range(101, 133)) and cl.received == 33 and cl.lost == 0
-    assert cl.mispredicted == 1
+    (((2, 8), (30, 2)), 25, 132),
+])  # fmt: skip
+def test_a_cut_burst_whose_later_frames_carry_other_record_counts_stores_each_event_once(
+    hold: bool, runs: tuple[tuple[int, int], ...], max_bytes: int, last: int
+) -> None:
+    dev = Device(capacity=64, start=100)
+    cl = pipelined_client(dev, hold)
+    emit_sized(dev, *runs)
+    stored = run_link(cl, dev, 4, max_bytes, 4)
+    assert stored == list(range(101, last + 1)) and cl.received == last - 99 and cl.lost == 0
+    assert cl.pipelined >= 1 and cl.mispredicted == 1
 
 
 @pytest.mark.parametrize("hold", [False, True])
