@@ -1,6 +1,7 @@
 """The SparkSession of the fleet job: the configuration it sets (runtime, tuning, static), and a
 local session that leadwire starts and stops itself (the JVM's options: C1 for small inputs,
-the class-data archive of jvm_archive)."""
+the planning code kept off C2 for the others (jvm_compiler), the class-data archive of
+jvm_archive)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
+from leadwire.fleet import jvm_compiler
 from leadwire.fleet.fs import local_path, scheme
 from leadwire.fleet.jvm_archive import ClassArchive
 
@@ -82,9 +84,11 @@ def small_input_conf(master: str, nbytes: int | None) -> dict[str, str]:
 
 def launch_conf(master: str, nbytes: int | None, archive: ClassArchive | None) -> dict[str, str]:
     """The JVM options of a session leadwire starts itself: C1 only for a small input on a local
-    master (small_input_conf), and the class-data archive (jvm_archive) for any local master."""
+    master (small_input_conf), else the driver's planning code kept off C2 (jvm_compiler), and
+    the class-data archive (jvm_archive) for any local master."""
     key = "spark.driver.extraJavaOptions"
-    opts = [small_input_conf(master, nbytes).get(key, "")]
+    c1 = small_input_conf(master, nbytes).get(key, "")
+    opts = [c1 or (jvm_compiler.java_options() if master.startswith("local") else "")]
     if archive is not None and master.startswith("local"):
         opts.append(archive.java_options())
     joined = " ".join(o for o in opts if o)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from leadwire.fleet import jvm_archive
+from leadwire.fleet import jvm_archive, jvm_compiler
 from leadwire.fleet.job import launch_conf
 from leadwire.fleet.jvm_archive import QUIET, ClassArchive
 
@@ -66,13 +66,17 @@ def test_a_killed_runs_leftover_goes_a_live_ones_stays(tmp_path: Path) -> None:
 
 def test_launch_conf_joins_c1_and_the_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(jvm_archive.ENV_SWITCH, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    planning = jvm_compiler.java_options()  # C2 on: the planning code kept to C1
+    assert planning.endswith(".json")
     (tmp_path / "spark-k1.jsa").write_bytes(b"x")
     shared = "-XX:SharedArchiveFile=%s %s" % (tmp_path / "spark-k1.jsa", QUIET)
     a = ClassArchive(tmp_path, key="k1")
     c1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
     assert launch_conf("local[2]", 1000, a) == {JAVA_OPTS: c1 + " " + shared}
-    assert launch_conf("local[2]", None, a) == {JAVA_OPTS: shared}  # size unknown: C2 kept
+    assert launch_conf("local[2]", None, a) == {JAVA_OPTS: planning + " " + shared}  # C2 kept
     assert launch_conf("local[2]", 1000, None) == {JAVA_OPTS: c1}
+    assert launch_conf("local[2]", 1 << 30, None) == {JAVA_OPTS: planning}
     assert launch_conf("spark://127.0.0.1:7077", 1000, a) == {}  # a cluster: its own launch
 
 

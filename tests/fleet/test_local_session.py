@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pyspark import SparkContext
 
-from leadwire.fleet import job, jvm_archive, session
+from leadwire.fleet import job, jvm_archive, jvm_compiler, session
 from leadwire.fleet.jvm_archive import QUIET
 
 JAVA_OPTS = "spark.driver.extraJavaOptions"
@@ -94,9 +94,10 @@ def test_the_jvm_gets_launch_conf_and_extra_wins(cache: Path, monkeypatch: pytes
         assert s.java_options == c1 + " " + mapped and s.start_s >= 0
         assert "start" in progress.timings  # the stage was left once the session was up
     assert given == [("local[2]", 2, "1g", "t", False, {JAVA_OPTS: s.java_options, "k": "v"})]
-    # spark-submit style --conf of the bench wins; a big input keeps C2; a cluster gets nothing
+    # spark-submit style --conf of the bench wins; a big input keeps C2 (not for planning code);
+    # a cluster gets nothing
     with job.local_session("local[2]", 1 << 30, extra={JAVA_OPTS: "-Xmx1g"}) as s:
-        assert s.java_options == mapped
+        assert s.java_options == jvm_compiler.java_options() + " " + mapped
     with job.local_session("spark://127.0.0.1:7077", 1000) as s:
         assert s.java_options == ""
     # --plain-jvm: the JVM's defaults, and no archive made
@@ -122,7 +123,8 @@ def test_an_exception_stops_the_session_and_the_archive_only_after_a_clean_exit(
     monkeypatch.setattr(session, "build_session", launch)
     with pytest.raises(job.BadInput, match="no arrival rows"):
         with job.local_session("local[2]", None, log=events.append) as s:
-            assert s.java_options == "-XX:ArchiveClassesAtExit=%s %s" % (pending, QUIET)  # a first run
+            first_run = "-XX:ArchiveClassesAtExit=%s %s" % (pending, QUIET)
+            assert s.java_options == jvm_compiler.java_options() + " " + first_run
             raise job.BadInput("no arrival rows")
     saving = "saving the JVM's class archive for faster starts (once): %s" % (cache / "spark-k1.jsa")
     assert events == ["build", "stop", saving, "jvm exit %d" % rc]
