@@ -31,8 +31,13 @@ QUIET = "-Xlog:cds=off,cds+dynamic=off"
 DUMP_TIMEOUT_S = 180.0
 
 
+def user_cache() -> Path:
+    """leadwire's folder in the user's cache (XDG_CACHE_HOME, else ~/.cache)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leadwire"
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leadwire" / "spark-cds"
+    return user_cache() / "spark-cds"
 
 
 def enabled() -> bool:

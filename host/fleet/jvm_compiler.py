@@ -23,6 +23,8 @@ import json
 import os
 from pathlib import Path
 
+from leadwire.fleet.jvm_archive import user_cache
+
 ENV_SWITCH = "LEADWIRE_SPARK_C2_PLANNING"
 # class patterns (package/Class.method, `*` at either end of each part): planning-only code
 PLANNING_CODE = (
@@ -40,7 +42,7 @@ PLANNING_CODE = (
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leadwire" / "jvm"
+    return user_cache() / "jvm"
 
 
 def directives() -> str:
