@@ -1,7 +1,7 @@
 """The local Spark JVM's compiler directives: the driver's planning code left to C1.
 
 A new JVM that runs the fleet job on a large export spends ~30 CPU s in its JIT compiler threads,
-CPU that the tasks wait for on a small machine. About a third of the optimising compiler's (C2's)
+CPU that the tasks wait for on a small machine. About 30% of the optimising compiler's (C2's)
 time there goes to code that runs only while the driver plans a query: Janino compiling Spark's
 generated code, the SQL parser (ANTLR), the analyser and optimiser, the closure cleaner's class
 reader and Java serialisation of tasks (JFR compile events of a cold 10M run:
