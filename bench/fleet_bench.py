@@ -31,8 +31,8 @@ included: exact in both), and whether the Spark summary matches the injected gro
 
 The JVM is started as `leadwire fleet` starts a local one (C1 only for small exports, else the
 driver's planning code kept off C2; Spark's classes mapped from the class-data archive in
-~/.cache/leadwire/spark-cds: its first run writes it at exit); --plain-jvm for the JVM's defaults. JVM start-up is timed separately (printed beside)
-and not included in the Spark time. The Spark
+~/.cache/leadwire/spark-cds: its first run writes it at exit); --plain-jvm for the JVM's defaults.
+JVM start-up is timed separately (printed beside) and not included in the Spark time. The Spark
 time is the job after session start: reading the export, the row-scale tables written by the
 executors, the small ones collected and written by the driver (no HTML report); the DuckDB time
 includes reading the export and building the same tables in memory. The machine's 1-minute load
