@@ -66,6 +66,7 @@ def test_a_killed_runs_leftover_goes_a_live_ones_stays(tmp_path: Path) -> None:
 
 def test_launch_conf_joins_c1_and_the_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(jvm_archive.ENV_SWITCH, raising=False)
+    monkeypatch.delenv(jvm_compiler.ENV_SWITCH, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     planning = jvm_compiler.java_options()  # C2 on: the planning code kept to C1
     assert planning.endswith(".json")

@@ -61,6 +61,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     session built by a fake that records what it was given."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(jvm_archive.ENV_SWITCH, raising=False)
+    monkeypatch.delenv(jvm_compiler.ENV_SWITCH, raising=False)
     monkeypatch.setattr(jvm_archive, "digest", lambda: "k1")
     # a process without a JVM or a session yet (as `leadwire fleet` starts); put back afterwards
     # whatever another test's session has
